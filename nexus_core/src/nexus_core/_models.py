@@ -1,0 +1,165 @@
+"""The framework's own models: tools, calls, results, vetoes, skills and code.exec payloads.
+
+All are attrs classes. Values that cross a boundary (a call handed to gates, a result handed to
+observers) are frozen, so no plugin can change what another plugin sees; gates change a call by
+returning a `Rewrite`, never by mutating it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+JSONObject = dict[str, Any]
+
+#: Why a result is an error. `None` on success.
+ErrorKind = Literal[
+    "unknown_tool",  # no tool of that name is registered
+    "vetoed",  # a gate (before or after the handler) refused the call
+    "invalid_arguments",  # the arguments do not match the tool's input schema
+    "exception",  # the handler raised
+    "failure",  # the handler returned a failure value
+    "cancelled",  # the call was cancelled before it ran
+]
+
+
+def new_call_id() -> str:
+    """A fresh, unique call id (`call_` and 24 hex digits)."""
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def _default_input_schema() -> JSONObject:
+    return {"type": "object"}
+
+
+@attrs.frozen(eq=False)
+class ToolDef:
+    """A tool: its name, what the model reads about it, its schemas and its handler.
+
+    The handler is called as `handler(arguments)`, or `handler(arguments, ctx)` when
+    `takes_context` is true. `plugin` is filled in by the registry: which plugin gave the tool.
+    """
+
+    name: str
+    handler: Callable[..., Any] = attrs.field(repr=False)
+    description: str = ""
+    input_schema: JSONObject = attrs.field(factory=_default_input_schema)
+    output_schema: JSONObject | None = None
+    takes_context: bool = False
+    plugin: str | None = None
+    annotations: JSONObject = attrs.field(factory=dict)
+
+    def with_plugin(self, plugin: str | None) -> ToolDef:
+        return attrs.evolve(self, plugin=plugin)
+
+
+@attrs.frozen
+class ToolCall:
+    """One request to run a tool. `parent_call_id` links a nested call to the call that made it."""
+
+    name: str
+    arguments: JSONObject = attrs.field(factory=dict)
+    id: str = attrs.field(factory=new_call_id)
+    parent_call_id: str | None = None
+    metadata: JSONObject = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ToolResult:
+    """What a tool call produced. Errors carry their message in both `error` and `output`,
+    so a model that reads only `output` still sees why the call failed."""
+
+    id: str
+    name: str
+    output: str = ""
+    error: str | None = None
+    output_file: str | None = None
+    output_structured: Any = None
+    error_kind: ErrorKind | None = None
+    metadata: JSONObject = attrs.field(factory=dict)
+
+    @property
+    def is_error(self) -> bool:
+        return self.error is not None
+
+    @property
+    def vetoed(self) -> bool:
+        return self.error_kind == "vetoed"
+
+
+@attrs.frozen
+class Veto:
+    """A gate's refusal. The reason reaches the result's `error`, and so the model."""
+
+    reason: str
+
+
+@attrs.frozen
+class Rewrite:
+    """A gate's replacement for a call's arguments. Every gate then sees the rewritten call
+    (gates run again until none rewrites), and the result is validated against the schema."""
+
+    arguments: JSONObject
+    reason: str = ""
+
+
+@attrs.frozen
+class CallContext:
+    """What a context-taking handler receives besides its arguments."""
+
+    call_id: str
+    parent_call_id: str | None = None
+    tool_name: str = ""
+    #: an answer the host supplied (e.g. to a pending `question`), if any
+    answer: Any = None
+    #: the host's own data, passed through untouched (e.g. a user id)
+    data: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the Nexus running the call, for tools that call other tools
+    nexus: Any = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen
+class SkillContent:
+    """A skill read from a SKILL.md: its front matter, body and the files beside it."""
+
+    name: str
+    description: str = ""
+    body: str = ""
+    path: str = ""
+    resources: tuple[str, ...] = ()
+    metadata: JSONObject = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class CodeExecRequest:
+    """Payload of `nexus_code_exec_request`: a run_code script about to run."""
+
+    call_id: str
+    script: str
+    session_dir: str | None = None
+
+
+@attrs.frozen
+class CodeExecChunk:
+    """Payload of `nexus_code_exec_stdout`: output the script wrote while running."""
+
+    call_id: str
+    data: str
+    stream: Literal["stdout", "stderr"] = "stdout"
+    final: bool = False
+
+
+@attrs.frozen
+class CodeExecResult:
+    """Payload of `nexus_code_exec_result`: how a run_code script ended."""
+
+    call_id: str
+    stdout: str = ""
+    result: Any = None
+    error: str | None = None
+    stdout_truncated: bool = False
+    duration_seconds: float = 0.0
+    tool_calls: int = 0

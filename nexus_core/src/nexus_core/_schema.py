@@ -1,0 +1,128 @@
+"""JSON Schema helpers shared by argument validation and config: compile once, explain errors
+with the path of the failing value, and fill in defaults."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+
+_JSON_TYPE_NAMES = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
+def compile_schema(schema: dict[str, Any]) -> Validator:
+    """A validator for `schema` (its `$schema` dialect, else Draft 2020-12), with formats checked.
+
+    Raises `SchemaError` when the schema itself is invalid.
+    """
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def json_type_name(value: Any) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def format_path(path: Iterable[Any], prefix: str = "") -> str:
+    """`["a", 0, "b"]` as `a[0].b`, after `prefix` when given."""
+    out = prefix
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_error(error: ValidationError) -> str:
+    """One error in words a person fixes config or arguments with: what was expected, what came."""
+    v = error.validator
+    inst = error.instance
+    if v == "type":
+        expected = error.validator_value
+        if isinstance(expected, list):
+            expected = " or ".join(expected)
+        return f"expected {expected}, got {_short(inst)}"
+    if v == "required":
+        missing = [r for r in error.validator_value if isinstance(inst, dict) and r not in inst]
+        return "missing required " + ", ".join(repr(m) for m in missing or error.validator_value)
+    if v == "additionalProperties":
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in inst if k not in allowed) if isinstance(inst, dict) else []
+        return "unknown key " + ", ".join(repr(k) for k in extra)
+    if v == "enum":
+        return f"expected one of {', '.join(repr(x) for x in error.validator_value)}, got {_short(inst)}"
+    if v == "const":
+        return f"expected {error.validator_value!r}, got {_short(inst)}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+        return f"expected a number {word[v]} {error.validator_value}, got {_short(inst)}"
+    return error.message
+
+
+def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[tuple[str, ...], str]]:
+    """Every error as `(key path, "path: what is wrong")`, sorted by path; an unknown key is
+    reported at the key's own path, one line per key."""
+    lines: list[tuple[tuple[str, ...], str]] = []
+    for error in errors:
+        path: Sequence[Any] = list(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = set(error.schema.get("properties", {}))
+            for key in sorted(k for k in error.instance if k not in allowed):
+                key_path = [*path, key]
+                lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: unknown key"))
+            continue
+        if error.validator == "required" and isinstance(error.instance, dict):
+            for key in error.validator_value:
+                if key not in error.instance:
+                    key_path = [*path, key]
+                    lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: required, but missing"))
+            continue
+        where = format_path(path, prefix) or (prefix or "(top level)")
+        lines.append((tuple(map(str, path)), f"{where}: {describe_error(error)}"))
+    return sorted(lines)
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """A copy of `value` with the `default` of every absent object property filled in,
+    recursing into nested objects (including ones created from their defaults)."""
+    if not isinstance(value, dict) or schema.get("type") not in ("object", None):
+        return value
+    out = dict(value)
+    for key, sub in schema.get("properties", {}).items():
+        if not isinstance(sub, dict):
+            continue
+        if key not in out and "default" in sub:
+            out[key] = copy.deepcopy(sub["default"])
+        if key in out:
+            out[key] = apply_defaults(sub, out[key])
+    return out
+
+
+__all__ = [
+    "SchemaError",
+    "ValidationError",
+    "apply_defaults",
+    "compile_schema",
+    "describe_error",
+    "explain",
+    "format_path",
+]

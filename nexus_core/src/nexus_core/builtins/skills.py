@@ -1,0 +1,1 @@
+"""Core built-in plugin `nexus.skills` (filled in by its issue)."""

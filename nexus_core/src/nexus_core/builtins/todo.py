@@ -1,0 +1,1 @@
+"""Core built-in plugin `nexus.tool.todo` (filled in by its issue)."""

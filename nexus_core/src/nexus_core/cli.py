@@ -1,0 +1,173 @@
+"""The `nexus` command line.
+
+Exit status: 0 on success, 1 when the tool or script failed, 2 for bad usage or bad config.
+Config comes from `--config FILE`, else `$NEXUS_CONFIG`, else `./nexus.yaml` when it exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._config import ConfigError
+from ._converter import unstructure
+from ._nexus import Nexus
+from .adapters import FORMATS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad usage: exits 2 with the message."""
+
+
+def _config_source(args: argparse.Namespace) -> str | None:
+    if args.config:
+        return str(args.config)
+    env = os.environ.get("NEXUS_CONFIG")
+    if env:
+        return env
+    return "nexus.yaml" if Path("nexus.yaml").is_file() else None
+
+
+def _open(args: argparse.Namespace) -> Nexus:
+    nx = Nexus.from_config(_config_source(args), workspace=args.workspace)
+    for failure in nx.failures:
+        print(f"nexus: warning: plugin {failure.name!r} failed ({failure.phase}): {failure.error}", file=sys.stderr)
+    return nx
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_tools(nx: Nexus, args: argparse.Namespace) -> int:
+    tools = nx.tools()
+    if args.json:
+        print(json.dumps(unstructure(tools), indent=2))
+        return EXIT_OK
+    if not tools:
+        print("no tools registered (nexus plugins shows what is installed)")
+        return EXIT_OK
+    width = max(len(t.name) for t in tools)
+    for t in tools:
+        print(f"{t.name:<{width}}  {t.plugin or '(host)':<22}  {_first_line(t.description)}")
+    return EXIT_OK
+
+
+def _parse_arguments(text: str) -> dict[str, Any]:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"ARGS_JSON must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def print_result(result: Any, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(unstructure(result), indent=2, ensure_ascii=False))
+    elif result.is_error:
+        print(f"error: {result.error}", file=sys.stderr)
+    else:
+        out = result.output
+        print(out, end="" if out.endswith("\n") else "\n")
+    return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+def cmd_call(nx: Nexus, args: argparse.Namespace) -> int:
+    arguments = _parse_arguments(args.args_json)
+    result = nx.invoke(args.tool, arguments)
+    return print_result(result, args.json)
+
+
+def cmd_plugins(nx: Nexus, args: argparse.Namespace) -> int:
+    infos = nx.plugins()
+    if args.json:
+        print(json.dumps(unstructure(infos), indent=2))
+        return EXIT_OK
+    for info in infos:
+        dist = f"{info.distribution} {info.version}" if info.distribution else "(registered by the host)"
+        print(f"{info.name}  [{info.status}]  {dist}")
+        if info.tools:
+            print(f"    tools: {', '.join(info.tools)}")
+        if args.verbose and info.hooks:
+            print(f"    hooks: {', '.join(info.hooks)}")
+        if info.error:
+            print(f"    error: {info.error}")
+    if args.verbose:
+        for failure in nx.failures:
+            print(f"\n--- {failure.name} ({failure.phase}) ---\n{failure.detail}")
+    return EXIT_OK
+
+
+def cmd_schemas(nx: Nexus, args: argparse.Namespace) -> int:
+    print(json.dumps(nx.schemas(args.format), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[Nexus, argparse.Namespace], int]] = {
+    "tools": cmd_tools,
+    "call": cmd_call,
+    "plugins": cmd_plugins,
+    "schemas": cmd_schemas,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nexus", description="Nexus: plugins and tools for LLM tool use.")
+    parser.add_argument("--config", type=Path, help="a YAML config file (default: $NEXUS_CONFIG or ./nexus.yaml)")
+    parser.add_argument("--workspace", type=Path, help="the folder file and shell tools may touch")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("tools", help="list the registered tools")
+    p.add_argument("--json", action="store_true", help="print full tool definitions as JSON")
+
+    p = sub.add_parser("call", help="call a tool through the gates and print its output")
+    p.add_argument("tool", help="the tool's name")
+    p.add_argument("args_json", nargs="?", default="{}", metavar="ARGS_JSON", help="the arguments as a JSON object ('-' reads stdin)")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+    p = sub.add_parser("plugins", help="list plugins: active, inactive, blocked and failed")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="show hooks and failure tracebacks")
+
+    p = sub.add_parser("schemas", help="print the tool schemas in a provider's format")
+    p.add_argument("--format", default="openai", choices=FORMATS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
+        return int(exc.code or 0)
+    try:
+        with _open(args) as nx:
+            return COMMANDS[args.command](nx, args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"nexus: config error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"nexus: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

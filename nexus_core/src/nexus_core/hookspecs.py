@@ -1,0 +1,152 @@
+"""Every hook Nexus calls: one per event, plus contribution and lifecycle hooks.
+
+Plugins implement these with `@nexus_core.hookimpl`. Every hook is called with keyword arguments
+and a hookimpl may accept any subset of them (pluggy's rule). The reference with examples is
+docs/hooks.md; a meta-test fails when a hook here is missing from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ._models import (
+        CodeExecChunk,
+        CodeExecRequest,
+        CodeExecResult,
+        Rewrite,
+        SkillContent,
+        ToolCall,
+        ToolDef,
+        ToolResult,
+        Veto,
+    )
+    from ._nexus import Nexus
+
+PROJECT = "nexus"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# -- contribution and lifecycle -------------------------------------------------------------
+
+
+@hookspec
+def nexus_config_schema() -> dict[str, Any] | None:
+    """Return the JSON Schema (an object schema) of this plugin's section of the config.
+
+    The section `plugins.<plugin id>` is validated against it, defaults filled in, and handed to
+    `nexus_configure`. Return None to accept no settings. Called once per plugin at start.
+    """
+
+
+@hookspec
+def nexus_configure(config: dict[str, Any], nexus: Nexus) -> None:
+    """Receive this plugin's validated config section (defaults applied) before any tool runs.
+
+    Called once per plugin, with only its own section. A plugin that raises here is reported
+    by name and unregistered; the others keep working. The return value is ignored.
+    """
+
+
+@hookspec
+def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    """Contribute tools by calling `register(tool)` with a `ToolDef` or an `@tool` function.
+
+    Called once per plugin after `nexus_configure`. The registry records which plugin gave each
+    tool; a name registered twice is an error naming both plugins. The return value is ignored.
+    """
+
+
+@hookspec
+def nexus_shutdown(nexus: Nexus) -> None:
+    """Release what the plugin holds (processes, files). Called once when the Nexus closes.
+    The return value is ignored; an exception is logged and the others still shut down."""
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+@hookspec
+def nexus_tool_register(tool: ToolDef) -> None:
+    """Observe a tool entering the registry, at start and whenever one is added later.
+    The return value is ignored."""
+
+
+@hookspec
+def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | None:
+    """Gate a call before its arguments are validated and its handler runs.
+
+    Return `Veto(reason)` to refuse it: the call does not run and the reason reaches the result.
+    A veto wins whatever the plugin order; a gate that raises counts as a veto (fail closed).
+    Return `Rewrite(arguments)` to replace the arguments: all gates then run again on the
+    rewritten call, until none rewrites. Return None to let the call through.
+    """
+
+
+@hookspec
+def nexus_tool_invoke(call: ToolCall, tool: ToolDef) -> None:
+    """Observe a call that passed the gates and validation, just before its handler runs.
+    The return value is ignored."""
+
+
+@hookspec
+def nexus_before_tool_result(call: ToolCall, result: ToolResult) -> Veto | ToolResult | None:
+    """Gate a result before anyone sees it.
+
+    Return `Veto(reason)` to replace it with an error result carrying the reason, or a
+    `ToolResult` to replace it (result gates then run again on the replacement, until none
+    replaces it). Return None to pass it on. A gate that raises counts as a veto.
+    """
+
+
+@hookspec
+def nexus_tool_result(call: ToolCall, result: ToolResult) -> None:
+    """Observe the final result of every call, errors included. The return value is ignored;
+    an exception is logged and does not change the result."""
+
+
+@hookspec(firstresult=True)
+def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> str | None:
+    """Answer a `question` tool call for the user. Stops at the first non-None result; when no
+    plugin answers, the question comes back as a pending result the host can resume."""
+
+
+# -- skills ---------------------------------------------------------------------------------
+
+
+@hookspec
+def nexus_skill_loaded(skill: SkillContent) -> None:
+    """Observe a skill being activated (its SKILL.md body and resources now in use).
+    The return value is ignored."""
+
+
+@hookspec
+def nexus_skill_deactivate(name: str) -> None:
+    """Observe a skill being deactivated; drop anything staged for it. The return value is
+    ignored."""
+
+
+# -- run_code -------------------------------------------------------------------------------
+
+
+@hookspec
+def nexus_code_exec_request(request: CodeExecRequest) -> None:
+    """Observe a run_code script that passed the static check and is about to run.
+    The return value is ignored."""
+
+
+@hookspec
+def nexus_code_exec_stdout(chunk: CodeExecChunk) -> None:
+    """Observe output from a running script: a chunk at each newline, when 512 bytes are
+    pending, and a last chunk with `final=True`. Called while the script runs.
+    The return value is ignored."""
+
+
+@hookspec
+def nexus_code_exec_result(result: CodeExecResult) -> None:
+    """Observe how a run_code script ended (result or error, output, timing).
+    The return value is ignored."""
