@@ -1,0 +1,82 @@
+"""Shared fixtures: building wheels of this repo's packages and fresh virtual environments, for
+tests that prove a package installs and works on its own (as a user would pip install it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "nexus-core": REPO / "nexus_core",
+    "nexus-tool-shell": REPO / "nexus_tool_shell",
+    "nexus-tool-file": REPO / "nexus_tool_file",
+    "nexus-tool-code-exec": REPO / "nexus_tool_code_exec",
+}
+
+
+def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | Path], Path]:
+    """`wheelhouse(name_or_folder)` -> a wheel of that package, built once per test session."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    built: dict[Path, Path] = {}
+
+    def build(package: str | Path) -> Path:
+        folder = PACKAGES[package] if isinstance(package, str) else Path(package)
+        if folder not in built:
+            dest = out / folder.name
+            _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                  "-w", str(dest), str(folder)])
+            built[folder] = next(dest.glob("*.whl"))
+        return built[folder]
+
+    return build
+
+
+class FreshVenv:
+    """A new virtual environment with only what a test installs into it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bin = path / "bin"
+        self.python = self.bin / "python"
+
+    def install(self, *wheels: Path) -> None:
+        _run([str(self.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              *map(str, wheels)])
+
+    def run(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a console script (or `python`) of this venv; never raises for a non-zero exit."""
+        exe = self.bin / args[0]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "PYTHON"))}
+        full_env.update(env or {})
+        return subprocess.run([str(exe), *args[1:]], capture_output=True, text=True, cwd=cwd,
+                              env=full_env, input=input, timeout=timeout)
+
+
+@pytest.fixture
+def fresh_venv(tmp_path: Path, wheelhouse: Callable[[str | Path], Path]) -> Callable[..., FreshVenv]:
+    """`fresh_venv("nexus-core", "nexus-tool-shell", Path("examples/x"))` -> a FreshVenv with
+    wheels of exactly those packages installed (their dependencies from the package index)."""
+
+    def make(*packages: str | Path) -> FreshVenv:
+        path = tmp_path / "venv"
+        _run([sys.executable, "-m", "venv", str(path)])
+        venv = FreshVenv(path)
+        venv.install(*(wheelhouse(p) for p in packages))
+        return venv
+
+    return make
