@@ -1,10 +1,216 @@
-"""The `nexus.tool.shell` plugin (its tools arrive with their issue)."""
+"""The `nexus.tool.shell` plugin: the `shell` tool (alias `bash`), which runs a shell command in
+the workspace and returns its stdout, stderr and exit code.
 
-from nexus_core import hookimpl
+    plugins:
+      nexus.tool.shell:
+        timeout_seconds: 60        # default for the `timeout` argument
+        max_timeout_seconds: 600   # the most a call may ask for
+        max_output_bytes: 32768    # per stream; the middle of longer output is dropped, and marked
+        env_allowlist: [PATH, HOME, LANG, "LC_*"]   # host variables the command sees
+        env: {PAGER: cat}          # fixed variables for every command
+
+The shell is not a sandbox: only its starting folder is confined to the workspace, and a command
+can read and write whatever the host user can. There is no `read_only` setting for that reason; a
+read-only agent leaves this plugin out (`plugins.blocked: [nexus.tool.shell]`). See
+docs/tool-shell.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from nexus_core import Nexus, ToolDef, ToolResult, failure, hookimpl
+
+from ._run import Completed, run_command
 
 PLUGIN_ID = "nexus.tool.shell"
 
+#: host environment variables a command sees by default: enough for programs to find themselves
+#: and to pick a locale, and no tokens or keys
+DEFAULT_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*",
+                         "TERM", "TZ", "TMPDIR"]
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 60,
+                            "description": "timeout of a call that gives none"},
+        "max_timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600,
+                                "description": "the largest timeout a call may ask for"},
+        "max_output_bytes": {"type": "integer", "minimum": 256, "default": 32768,
+                             "description": "cap on each of stdout and stderr"},
+        "env_allowlist": {"type": "array", "items": {"type": "string"}, "default": DEFAULT_ENV_ALLOWLIST,
+                          "description": "names (fnmatch patterns) of host variables passed on"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}, "default": {},
+                "description": "variables set for every command, over the allowed host ones"},
+        "shell": {"type": ["string", "null"], "default": None,
+                  "description": "the shell that runs `<shell> -c <command>` (default: bash, else /bin/sh)"},
+        "aliases": {"type": "array", "items": {"type": "string"}, "default": ["bash"],
+                    "description": "more names for the same tool"},
+    },
+}
+
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "stdout": {"type": "string", "description": "what the command wrote to stdout (capped)"},
+        "stderr": {"type": "string", "description": "what the command wrote to stderr (capped)"},
+        "exit_code": {"type": ["integer", "null"],
+                      "description": "the exit status; 128+N when killed by signal N; null when timed out"},
+        "timed_out": {"type": "boolean", "description": "the command ran past its timeout and was killed"},
+        "stdout_truncated": {"type": "boolean", "description": "stdout was longer than the cap"},
+        "stderr_truncated": {"type": "boolean", "description": "stderr was longer than the cap"},
+    },
+    "required": ["stdout", "stderr", "exit_code", "timed_out", "stdout_truncated", "stderr_truncated"],
+    "additionalProperties": False,
+}
+
+
+def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1,
+                        "description": "The command line, run by the shell with `-c`: pipes, `&&`, redirects work."},
+            "workdir": {"type": "string",
+                        "description": "Folder to run in, relative to the workspace root (default: the root). "
+                                       "Must be inside the workspace."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": max_timeout,
+                        "default": default_timeout,
+                        "description": f"Seconds before the command and everything it started are killed "
+                                       f"(default {default_timeout:g}, at most {max_timeout:g})."},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+
+def description(max_output_bytes: int) -> str:
+    return (
+        "Run a shell command in the workspace and return its stdout, stderr and exit code.\n"
+        "A non-zero exit code is reported in the result, not treated as a failure. stdin is empty, so "
+        "interactive programs get end-of-file; pass flags such as --yes instead. When the command ends "
+        "or times out, every process it started is killed: background jobs (`cmd &`) do not outlive the "
+        f"call. stdout and stderr are each capped at {max_output_bytes} bytes; the middle of longer "
+        "output is dropped and marked, so filter it (grep, head, tail) when you expect a lot."
+    )
+
+
+# -- the pieces a call needs ----------------------------------------------------------------
+
+
+def find_shell(configured: str | None) -> str:
+    """The shell executable: the configured one (a path, or a name looked up on PATH), else bash,
+    else /bin/sh, which POSIX guarantees."""
+    if configured:
+        found = shutil.which(configured)
+        if found is None:
+            raise ValueError(f"plugins.{PLUGIN_ID}.shell: cannot find {configured!r}")
+        return found
+    return shutil.which("bash") or "/bin/sh"
+
+
+def command_env(allowlist: list[str], fixed: Mapping[str, str]) -> dict[str, str]:
+    """The environment a command runs with: the allowed host variables, then the fixed ones.
+    Built per call, so a host that changes its own environment (PATH, say) is followed."""
+    env = {name: value for name, value in os.environ.items()
+           if any(fnmatchcase(name, pattern) for pattern in allowlist)}
+    env.update(fixed)
+    return env
+
+
+def resolve_workdir(workspace: Path, requested: str | None) -> Path:
+    """The real folder `requested` names, which must be inside the workspace.
+
+    Resolving symlinks first means `..`, absolute paths and symlinks that lead out are all caught
+    by one containment check. Raises ValueError with a message for the model.
+    """
+    root = Path(os.path.realpath(workspace))
+    if not requested:
+        return root
+    target = Path(os.path.realpath(root / requested))
+    if not target.is_relative_to(root):
+        raise ValueError(f"workdir {requested!r} is outside the workspace ({root}); "
+                         "commands start inside it")
+    if not target.is_dir():
+        raise ValueError(f"workdir {requested!r} is not a folder in the workspace")
+    return target
+
+
+def summarize(done: Completed, timeout: float) -> str:
+    """The text the model reads: stdout, then stderr under a heading, then how it ended."""
+    parts = []
+    if done.stdout:
+        parts.append(done.stdout.rstrip("\n"))
+    if done.stderr:
+        parts.append("[stderr]\n" + done.stderr.rstrip("\n"))
+    if done.timed_out:
+        parts.append(f"[timed out after {timeout:g} s: the command and every process it started were killed]")
+    elif done.signal is not None:
+        name = signal.Signals(done.signal).name if done.signal in signal.valid_signals() else str(done.signal)
+        parts.append(f"[killed by signal {name}: exit code {done.exit_code}]")
+    elif done.exit_code:
+        parts.append(f"[exit code {done.exit_code}]")
+    return "\n".join(parts) if parts else "[no output]"
+
+
+def make_handler(config: Mapping[str, Any], workspace: Path) -> Callable[[dict[str, Any]], ToolResult]:
+    """The `shell` handler for one Nexus: a closure over its settings and workspace, so one
+    plugin module can serve many Nexus instances with different configs."""
+    shell = find_shell(config["shell"])
+    default_timeout: float = config["timeout_seconds"]
+    cap: int = config["max_output_bytes"]
+
+    def shell_handler(arguments: dict[str, Any]) -> ToolResult:
+        try:
+            cwd = resolve_workdir(workspace, arguments.get("workdir"))
+        except ValueError as exc:
+            return failure(str(exc))
+        timeout = float(arguments.get("timeout", default_timeout))
+        try:
+            done = run_command([shell, "-c", arguments["command"]], cwd=cwd,
+                               env=command_env(config["env_allowlist"], config["env"]),
+                               timeout=timeout, max_output_bytes=cap)
+        except OSError as exc:
+            return failure(f"cannot start {shell}: {exc.strerror or exc}")
+        structured = {
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+            "exit_code": done.exit_code,
+            "timed_out": done.timed_out,
+            "stdout_truncated": done.stdout_truncated,
+            "stderr_truncated": done.stderr_truncated,
+        }
+        return ToolResult(id="", name="", output=summarize(done, timeout), output_structured=structured)
+
+    return shell_handler
+
+
+# -- hooks ----------------------------------------------------------------------------------
+
 
 @hookimpl
-def nexus_register_tools(register, nexus):  # type: ignore[no-untyped-def]
-    """No tools yet."""
+def nexus_config_schema() -> dict[str, Any]:
+    return CONFIG_SCHEMA
+
+
+@hookimpl
+def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    config = nexus.plugin_config(PLUGIN_ID)
+    if config["timeout_seconds"] > config["max_timeout_seconds"]:
+        raise ValueError(f"plugins.{PLUGIN_ID}.timeout_seconds ({config['timeout_seconds']:g}) is more than "
+                         f"max_timeout_seconds ({config['max_timeout_seconds']:g})")
+    handler = make_handler(config, nexus.config.workspace)
+    schema = input_schema(config["timeout_seconds"], config["max_timeout_seconds"])
+    text = description(config["max_output_bytes"])
+    register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
+                     output_schema=OUTPUT_SCHEMA))
+    for alias in config["aliases"]:
+        register(ToolDef(name=alias, handler=handler, description=f"{text}\n(Same tool as `shell`.)",
+                         input_schema=schema, output_schema=OUTPUT_SCHEMA))
