@@ -1,0 +1,102 @@
+"""Meta-tests: the project's promises about itself (datasette's pattern).
+
+Every hook is documented in docs/hooks.md with its real signature, and exercised by some test;
+every package ships py.typed and declares the plugin ids the design names; every public name
+is importable; every docs page is reachable from docs/index.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import nexus_core
+from nexus_core import hookspecs
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+HOOK_HEADING = re.compile(r"^## (nexus_\w+)\((.*)\)\s*$", re.MULTILINE)
+
+HOOKS = sorted(name for name, obj in vars(hookspecs).items() if hasattr(obj, f"{hookspecs.PROJECT}_spec"))
+
+#: folder -> (import package, the plugin ids its nexus.plugins entry points must declare)
+PACKAGES = {
+    "nexus_core": ("nexus_core", {"nexus.skills", "nexus.tool.todo", "nexus.tool.question"}),
+    "nexus_tool_shell": ("nexus_tool_shell", {"nexus.tool.shell"}),
+    "nexus_tool_file": ("nexus_tool_file", {"nexus.tool.file"}),
+    "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
+    "examples/nexus-example-units": ("nexus_example_units", {"nexus.example.units"}),
+    "examples/nexus-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
+}
+
+
+def documented_hooks() -> dict[str, list[str]]:
+    text = (DOCS / "hooks.md").read_text(encoding="utf-8")
+    return {name: [a.strip() for a in args.split(",") if a.strip()] for name, args in HOOK_HEADING.findall(text)}
+
+
+def test_hookspecs_are_found() -> None:
+    assert "nexus_before_tool_invoke" in HOOKS and len(HOOKS) >= 10
+
+
+def test_plugin_hooks_are_documented() -> None:
+    documented = documented_hooks()
+    assert [h for h in HOOKS if h not in documented] == [], "hooks without a '## name(' heading in docs/hooks.md"
+    assert [h for h in documented if h not in HOOKS] == [], "docs/hooks.md documents hooks that hookspecs.py lacks"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_documented_hook_signature_matches_hookspec(hook: str) -> None:
+    spec_args = list(inspect.signature(getattr(hookspecs, hook)).parameters)
+    assert documented_hooks().get(hook) == spec_args
+
+
+def test_plugin_hooks_have_tests() -> None:
+    """Each hook name appears in some test file besides this one. Strict on purpose."""
+    sources = "\n".join(
+        p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("test_*.py") if p.name != "test_meta.py"
+    )
+    untested = [h for h in HOOKS if not re.search(rf"\b{h}\b", sources)]
+    assert untested == [], "hooks that no test under tests/ mentions"
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_package_has_py_typed_and_declares_its_plugins(folder: str) -> None:
+    package, plugin_ids = PACKAGES[folder]
+    root = REPO / folder
+    assert (root / "src" / package / "py.typed").is_file(), f"{folder}: no src/{package}/py.typed"
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    entry_points = project.get("entry-points", {}).get(nexus_core.ENTRY_POINT_GROUP, {})
+    assert set(entry_points) >= plugin_ids, f"{folder}: missing nexus.plugins entry points"
+    for plugin_id, target in entry_points.items():
+        module = target.split(":")[0]
+        assert module.split(".")[0] == package, f"{plugin_id} points outside {package}: {target}"
+        path = root / "src" / Path(*module.split("."))
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), f"{plugin_id}: no module {module}"
+    if package != "nexus_core":
+        deps = [re.split(r"[<>=!~ \[;]", d)[0].lower() for d in project.get("dependencies", [])]
+        assert "nexus-core" in deps, f"{folder} must depend on nexus-core"
+        siblings = {"nexus-tool-shell", "nexus-tool-file", "nexus-tool-code-exec"}
+        assert not siblings & set(deps), f"{folder}: plugin packages never depend on each other"
+
+
+def test_public_names_are_importable() -> None:
+    assert len(set(nexus_core.__all__)) == len(nexus_core.__all__), "a name listed twice in __all__"
+    namespace: dict[str, object] = {}
+    exec("from nexus_core import *", namespace)  # raises AttributeError for a name that is not there
+    assert [n for n in nexus_core.__all__ if namespace.get(n) is None] == []
+    # the names ARCHITECTURE.md promises other code
+    for name in ("Nexus", "hookimpl", "Veto", "Rewrite", "ToolCall", "ToolResult", "ToolDef", "tool",
+                 "native_tool", "success", "failure", "sanitize"):
+        assert name in nexus_core.__all__, name
+
+
+def test_every_docs_page_is_linked_from_the_index() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)(?:#[\w-]*)?\)", index))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert sorted(pages - linked) == [], "docs pages that docs/index.md does not link"
