@@ -1,0 +1,261 @@
+"""The `shell` tool: real commands in real process groups, through the gated invocation path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nexus_core import Nexus
+from nexus_core.testing import NexusFactory, assert_error, assert_ok
+
+NEXUS_CLI = Path(sys.executable).parent / "nexus"
+
+
+@pytest.fixture
+def shell(nexus_factory: NexusFactory) -> Nexus:
+    return nexus_factory(plugins=["nexus.tool.shell"])
+
+
+def process_gone(pid: int) -> bool:
+    """True when `pid` no longer runs. A killed process whose parent has gone stays a zombie
+    until PID 1 reaps it, and some container inits never do, so a zombie counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def wait_until_gone(pid: int, within: float = 2.0) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if process_gone(pid):
+            return True
+        time.sleep(0.02)
+    return process_gone(pid)
+
+
+# -- the CLI, as the issue checks it --------------------------------------------------------
+
+
+def test_cli_call_reports_stdout_stderr_and_exit_code(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    proc = subprocess.run(
+        [str(NEXUS_CLI), "--workspace", str(workspace), "call", "shell",
+         '{"command": "echo hi; echo err >&2; exit 3"}', "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr  # a non-zero exit is a result, not a failed call
+    result = json.loads(proc.stdout)
+    assert result["is_error"] is False
+    structured = result["output_structured"]
+    assert (structured["stdout"], structured["stderr"], structured["exit_code"]) == ("hi\n", "err\n", 3)
+    assert structured["timed_out"] is False
+    assert "[exit code 3]" in result["output"]
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def test_success_summary_is_just_the_output(shell: Nexus) -> None:
+    result = assert_ok(shell.invoke("shell", {"command": "printf 'a\\nb\\n'"}), "a\nb")
+    assert result.output_structured["exit_code"] == 0
+
+
+def test_nonzero_exit_is_a_result_the_model_reads(shell: Nexus) -> None:
+    result = assert_ok(shell.invoke("shell", {"command": "ls no-such-file"}))
+    assert result.output_structured["exit_code"] == 2
+    assert "no-such-file" in result.output_structured["stderr"]
+    assert result.output.startswith("[stderr]\n") and result.output.endswith("[exit code 2]")
+
+
+def test_no_output_says_so(shell: Nexus) -> None:
+    assert_ok(shell.invoke("shell", {"command": "true"}), "[no output]")
+
+
+def test_killed_by_signal_reports_128_plus_n(shell: Nexus) -> None:
+    result = assert_ok(shell.invoke("shell", {"command": "kill -TERM $$"}))
+    assert result.output_structured["exit_code"] == 143
+    assert "killed by signal SIGTERM" in result.output
+
+
+def test_stdin_is_empty_so_readers_do_not_hang(shell: Nexus) -> None:
+    started = time.monotonic()
+    assert_ok(shell.invoke("shell", {"command": "cat; echo done", "timeout": 5}), "done")
+    assert time.monotonic() - started < 2
+
+
+def test_bash_is_the_same_tool_and_aliases_are_configurable(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"])
+    assert {t.name for t in nx.tools()} == {"shell", "bash"}
+    assert_ok(nx.invoke("bash", {"command": "echo $((6 * 7))"}), "42")
+    assert nx.tool("bash").output_schema == nx.tool("shell").output_schema
+    bare = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"aliases": []}}})
+    assert [t.name for t in bare.tools()] == ["shell"]
+
+
+# -- timeouts and process groups ------------------------------------------------------------
+
+
+def test_timeout_kills_the_whole_group_within_a_second(shell: Nexus) -> None:
+    started = time.monotonic()
+    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 30", "timeout": 1}))
+    elapsed = time.monotonic() - started
+    assert result.output_structured["timed_out"] is True
+    assert result.output_structured["exit_code"] is None
+    assert 1 <= elapsed < 2, elapsed
+    assert "timed out after 1 s" in result.output
+    child = int(result.output_structured["stdout"].split()[0])
+    assert wait_until_gone(child), f"background child {child} survived the timeout"
+
+
+def test_background_jobs_end_with_the_command(shell: Nexus) -> None:
+    # The child holds stdout open; without the group kill the call would wait for it.
+    started = time.monotonic()
+    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!", "timeout": 20}))
+    assert time.monotonic() - started < 2
+    assert result.output_structured["timed_out"] is False
+    assert result.output_structured["exit_code"] == 0
+    assert wait_until_gone(int(result.output_structured["stdout"]))
+
+
+def test_without_pidfd_the_polling_path_behaves_the_same(shell: Nexus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # macOS has no os.pidfd_open; there the exit is found by polling. Same promises.
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+    started = time.monotonic()
+    quick = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; exit 4"}))
+    assert quick.output_structured["exit_code"] == 4 and time.monotonic() - started < 1
+    assert wait_until_gone(int(quick.output_structured["stdout"]))
+    slow = assert_ok(shell.invoke("shell", {"command": "sleep 30", "timeout": 0.5}))
+    assert slow.output_structured["timed_out"] is True and time.monotonic() - started < 2
+
+
+def test_timeout_default_comes_from_config(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"],
+                       config={"plugins": {"nexus.tool.shell": {"timeout_seconds": 0.3}}})
+    started = time.monotonic()
+    result = assert_ok(nx.invoke("shell", {"command": "sleep 10"}))
+    assert result.output_structured["timed_out"] is True
+    assert time.monotonic() - started < 1.3
+
+
+def test_timeout_above_the_configured_maximum_is_refused(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"],
+                       config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 2}}})
+    assert_error(nx.invoke("shell", {"command": "true", "timeout": 60}), "timeout", kind="invalid_arguments")
+
+
+def test_a_default_timeout_above_the_maximum_is_reported_as_a_plugin_failure(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"],
+                       config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 9}}})
+    assert nx.tool("shell") is None
+    assert any(f.name == "nexus.tool.shell" and "max_timeout_seconds" in f.error for f in nx.failures)
+
+
+# -- output cap -----------------------------------------------------------------------------
+
+
+def test_output_is_capped_and_the_cap_is_reported(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"],
+                       config={"plugins": {"nexus.tool.shell": {"max_output_bytes": 1000}}})
+    result = assert_ok(nx.invoke("shell", {"command": "echo START; head -c 200000 /dev/zero | tr '\\0' x; echo; echo END"}))
+    out = result.output_structured
+    assert out["stdout_truncated"] is True and out["stderr_truncated"] is False
+    assert out["stdout"].startswith("START\n") and out["stdout"].endswith("END\n")
+    assert "bytes of stdout omitted" in out["stdout"] and "max_output_bytes=1000" in out["stdout"]
+    assert len(out["stdout"]) < 1200
+    assert "bytes of stdout omitted" in result.output
+
+
+def test_output_under_the_cap_is_whole(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"],
+                       config={"plugins": {"nexus.tool.shell": {"max_output_bytes": 1000}}})
+    result = assert_ok(nx.invoke("shell", {"command": "head -c 1000 /dev/zero | tr '\\0' y"}))
+    assert result.output_structured["stdout"] == "y" * 1000
+    assert result.output_structured["stdout_truncated"] is False
+
+
+# -- workdir --------------------------------------------------------------------------------
+
+
+def test_runs_in_the_workspace_and_in_a_workdir_inside_it(shell: Nexus, nexus_workspace: Path) -> None:
+    (nexus_workspace / "sub").mkdir()
+    assert_ok(shell.invoke("shell", {"command": "pwd"}), str(nexus_workspace.resolve()))
+    assert_ok(shell.invoke("shell", {"command": "pwd", "workdir": "sub"}), str((nexus_workspace / "sub").resolve()))
+
+
+@pytest.mark.parametrize("workdir", ["..", "/", "sub/../..", "escape"])
+def test_workdir_outside_the_workspace_is_refused(shell: Nexus, nexus_workspace: Path, workdir: str) -> None:
+    (nexus_workspace / "sub").mkdir()
+    (nexus_workspace / "escape").symlink_to(nexus_workspace.parent)
+    result = shell.invoke("shell", {"command": "touch was-here", "workdir": workdir})
+    assert_error(result, f"workdir {workdir!r} is outside the workspace", kind="failure")
+    assert not (nexus_workspace.parent / "was-here").exists()
+
+
+def test_workdir_must_be_a_folder(shell: Nexus, nexus_workspace: Path) -> None:
+    (nexus_workspace / "file.txt").write_text("x")
+    assert_error(shell.invoke("shell", {"command": "true", "workdir": "file.txt"}), "is not a folder")
+    assert_error(shell.invoke("shell", {"command": "true", "workdir": "missing"}), "is not a folder")
+
+
+# -- environment ----------------------------------------------------------------------------
+
+
+def test_host_secrets_stay_out_of_the_environment(shell: Nexus, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEXUS_TEST_API_KEY", "s3cret")
+    monkeypatch.setenv("LC_NEXUS_TEST", "kept")  # LC_* is allowed by default
+    env = assert_ok(shell.invoke("shell", {"command": "env"})).output_structured["stdout"]
+    assert "s3cret" not in env
+    assert "LC_NEXUS_TEST=kept" in env
+    assert f"PATH={os.environ['PATH']}" in env.splitlines()
+
+
+def test_environment_allowlist_and_fixed_values_are_configurable(
+    nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEXUS_TEST_TOKEN", "passed")
+    monkeypatch.setenv("HOME", "/home/nobody")
+    config = {"env_allowlist": ["PATH", "NEXUS_TEST_*"], "env": {"PAGER": "cat"}}
+    nx = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": config}})
+    result = assert_ok(nx.invoke("shell", {"command": "echo $NEXUS_TEST_TOKEN $PAGER ${HOME:-unset}"}))
+    assert result.output == "passed cat unset"
+
+
+# -- schema and install ---------------------------------------------------------------------
+
+
+def test_schemas_are_strict(shell: Nexus) -> None:
+    tool = shell.tool("shell")
+    assert tool is not None and tool.plugin == "nexus.tool.shell"
+    assert tool.input_schema["required"] == ["command"]
+    assert_error(shell.invoke("shell", {"command": "true", "cwd": "."}), "cwd: unknown key", kind="invalid_arguments")
+    assert_error(shell.invoke("shell", {}), "command", kind="invalid_arguments")
+    assert tool.output_schema is not None
+    assert set(tool.output_schema["required"]) >= {"stdout", "stderr", "exit_code", "timed_out"}
+
+
+def test_unknown_config_key_is_a_config_error(nexus_factory: NexusFactory) -> None:
+    from nexus_core import ConfigError
+
+    with pytest.raises(ConfigError, match="plugins.nexus.tool.shell.read_only"):
+        nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"read_only": True}}})
+
+
+@pytest.mark.slow
+def test_installs_alone_beside_nexus_core(fresh_venv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    venv = fresh_venv("nexus-core", "nexus-tool-shell")
+    tools = venv.run("nexus", "tools", cwd=tmp_path)
+    assert tools.returncode == 0, tools.stderr
+    listed = {line.split()[0]: line.split()[1] for line in tools.stdout.splitlines()}
+    assert listed == {"bash": "nexus.tool.shell", "shell": "nexus.tool.shell"}
+    call = venv.run("nexus", "--workspace", str(tmp_path), "call", "shell", '{"command": "echo hi"}', cwd=tmp_path)
+    assert (call.returncode, call.stdout) == (0, "hi\n"), call.stderr
