@@ -7,6 +7,9 @@ the gate plugin added beside it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,16 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
     wrong = venv.run("nexus", "--config", str(core_typo), "tools", cwd=tmp_path)
     assert wrong.returncode == 2
     assert f"{core_typo}:2: workspaces: unknown key" in wrong.stderr
+
+
+def test_the_example_plugins_own_tests_pass_on_the_shipped_fixtures(tmp_path: Path) -> None:
+    """A plugin author's tests are a few lines on nexus-core's pytest11 fixtures: run them as the
+    author would, in a pytest of their own."""
+    env = {**os.environ, "PYTHONPATH": str(UNITS / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(UNITS),
+         str(UNITS / "tests")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed" in proc.stdout
