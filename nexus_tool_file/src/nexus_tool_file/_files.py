@@ -1,0 +1,302 @@
+"""The tools that work on one file or folder: read, write, edit and list.
+
+Each handler takes the workspace and settings first (the plugin binds them with
+`functools.partial`, per Nexus) and the call's arguments last. Expected failures raise
+FileToolError, which the plugin turns into `failure(message)`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from nexus_core import ToolResult
+
+from ._fileio import SNIFF_BYTES, atomic_write, looks_binary, not_text, read_text
+from ._paths import FileToolError, Workspace
+from ._settings import Settings
+
+LINE_ENDS = "\r\n"
+PATH_TEXT = "Path of the file, relative to the workspace root (absolute paths must be inside the workspace)."
+
+
+def _result(output: str, structured: dict[str, Any]) -> ToolResult:
+    return ToolResult(id="", name="", output=output, output_structured=structured)
+
+
+def _existing_file(ws: Workspace, requested: str) -> tuple[Path, str]:
+    path = ws.resolve(requested)
+    shown = ws.show(path)
+    if not path.exists():
+        raise FileToolError(f"{shown}: no such file")
+    if path.is_dir():
+        raise FileToolError(f"{shown} is a folder; use list to see what it holds")
+    if not path.is_file():
+        raise FileToolError(f"{shown} is not a regular file")
+    return path, shown
+
+
+# -- read -----------------------------------------------------------------------------------
+
+READ_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": PATH_TEXT},
+        "offset": {"type": "integer", "minimum": 1, "default": 1,
+                   "description": "Line number to start at (1 is the first line)."},
+        "limit": {"type": "integer", "minimum": 1,
+                  "description": "How many lines to return (default: the plugin's read_lines, 2000)."},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+READ_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "the file, relative to the workspace root"},
+        "content": {"type": "string", "description": "the lines returned, exactly as in the file"},
+        "start_line": {"type": "integer", "description": "number of the first line returned"},
+        "lines": {"type": "integer", "description": "how many lines were returned"},
+        "total_lines": {"type": "integer", "description": "how many lines the file has"},
+        "truncated": {"type": "boolean", "description": "more of the file follows what was returned"},
+    },
+    "required": ["path", "content", "start_line", "lines", "total_lines", "truncated"],
+    "additionalProperties": False,
+}
+
+READ_DESCRIPTION = (
+    "Read a UTF-8 text file from the workspace. Returns its lines numbered like `cat -n` "
+    "(number, tab, text); the numbers are not part of the file. Long files come in pieces: give "
+    "`offset` (first line) and `limit` (line count) to read further. Binary files are refused."
+)
+
+
+def read(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
+    path, shown = _existing_file(ws, arguments["path"])
+    offset: int = arguments.get("offset", 1)
+    limit: int = arguments.get("limit", settings.read_lines)
+    chosen: list[str] = []
+    size = total = 0
+    cut_line: int | None = None  # a line cut short because it alone passes the byte cap
+    hit_byte_cap = False
+    with open(path, "rb") as f:
+        if looks_binary(f.read(SNIFF_BYTES)):
+            raise not_text(shown, "it contains NUL bytes")
+        f.seek(0)
+        # Stream line by line: a huge file is counted, not held in memory.
+        for number, raw in enumerate(f, 1):
+            total = number
+            if number < offset or len(chosen) >= limit or hit_byte_cap:
+                continue
+            if size + len(raw) > settings.max_read_bytes:
+                hit_byte_cap = True
+                if chosen:
+                    continue
+                raw, cut_line = raw[: settings.max_read_bytes], number
+            try:
+                chosen.append(raw.decode("utf-8", "replace" if cut_line else "strict"))
+            except UnicodeDecodeError as exc:
+                raise not_text(shown, f"invalid UTF-8 on line {number}, byte {exc.start}") from None
+            size += len(raw)
+
+    end = offset + len(chosen) - 1
+    truncated = end < total or cut_line is not None
+    numbered = [f"{offset + i:6}\t{line.rstrip(LINE_ENDS)}" for i, line in enumerate(chosen)]
+    if total == 0:
+        numbered.append("[empty file]")
+    elif offset > total:
+        numbered.append(f"[{shown} has {total} lines; offset {offset} is past the end]")
+    elif cut_line is not None:
+        numbered.append(f"[line {cut_line} is longer than max_read_bytes={settings.max_read_bytes}; "
+                        "only its start is shown]")
+    elif truncated:
+        why = f", stopped at max_read_bytes={settings.max_read_bytes}" if hit_byte_cap else ""
+        numbered.append(f"[lines {offset}-{end} of {total}{why}; read on with offset={end + 1}]")
+    return _result("\n".join(numbered), {
+        "path": shown, "content": "".join(chosen), "start_line": offset, "lines": len(chosen),
+        "total_lines": total, "truncated": truncated,
+    })
+
+
+# -- write ----------------------------------------------------------------------------------
+
+WRITE_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": PATH_TEXT + " Missing parent folders are created."},
+        "content": {"type": "string", "description": "The whole new content of the file."},
+    },
+    "required": ["path", "content"],
+    "additionalProperties": False,
+}
+
+WRITE_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "bytes": {"type": "integer", "description": "size of the file written, in bytes (UTF-8)"},
+        "created": {"type": "boolean", "description": "the file did not exist before"},
+    },
+    "required": ["path", "bytes", "created"],
+    "additionalProperties": False,
+}
+
+WRITE_DESCRIPTION = (
+    "Create a file, or replace all of an existing file's content, in the workspace. The file is "
+    "replaced in one step (readers never see half of it). To change part of a file, use edit."
+)
+
+
+def write(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
+    path = ws.resolve(arguments["path"])
+    shown = ws.show(path)
+    if path.is_dir():
+        raise FileToolError(f"{shown} is a folder; give the path of a file")
+    data = arguments["content"].encode("utf-8")
+    created = not path.exists()
+    atomic_write(path, data)
+    how = "new file" if created else "replaced its content"
+    return _result(f"wrote {len(data)} bytes to {shown} ({how})",
+                   {"path": shown, "bytes": len(data), "created": created})
+
+
+# -- edit -----------------------------------------------------------------------------------
+
+EDIT_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": PATH_TEXT},
+        "old_string": {"type": "string", "minLength": 1,
+                       "description": "The exact text to replace, whitespace and indentation included. "
+                                      "It must occur exactly once unless replace_all is true."},
+        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "replace_all": {"type": "boolean", "default": False,
+                        "description": "Replace every occurrence instead of requiring one."},
+    },
+    "required": ["path", "old_string", "new_string"],
+    "additionalProperties": False,
+}
+
+EDIT_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "replacements": {"type": "integer", "description": "how many occurrences were replaced"},
+    },
+    "required": ["path", "replacements"],
+    "additionalProperties": False,
+}
+
+EDIT_DESCRIPTION = (
+    "Replace text in a file: `old_string` becomes `new_string`. Copy old_string exactly from the "
+    "file (without read's line numbers), with enough surrounding lines to be unique. The call fails, "
+    "changing nothing, when old_string is missing or occurs more than once (unless replace_all)."
+)
+
+
+def _line_numbers(text: str, needle: str, most: int = 10) -> list[int]:
+    numbers, start = [], text.find(needle)
+    while start != -1 and len(numbers) < most:
+        numbers.append(text.count("\n", 0, start) + 1)
+        start = text.find(needle, start + len(needle))
+    return numbers
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
+
+
+def edit(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
+    path, shown = _existing_file(ws, arguments["path"])
+    old: str = arguments["old_string"]
+    new: str = arguments["new_string"]
+    replace_all: bool = arguments.get("replace_all", False)
+    if old == new:
+        raise FileToolError("old_string and new_string are the same: nothing to change")
+    text = read_text(path, shown)
+    count = text.count(old)
+    if count == 0 and "\n" in old and "\r\n" in text:
+        # A model writes "\n"; a file with Windows line ends holds "\r\n". Match it as it is.
+        old, new = _crlf(old), _crlf(new)
+        count = text.count(old)
+    if count == 0:
+        raise FileToolError(f"old_string was not found in {shown}; read the file and copy the text exactly, "
+                            "whitespace and indentation included")
+    if count > 1 and not replace_all:
+        lines = ", ".join(map(str, _line_numbers(text, old)))
+        raise FileToolError(f"old_string occurs {count} times in {shown} (lines {lines}); include more "
+                            "surrounding text so it occurs once, or set replace_all to replace every one")
+    replaced = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    atomic_write(path, replaced.encode("utf-8"))
+    done = count if replace_all else 1
+    return _result(f"replaced {done} occurrence{'s' if done != 1 else ''} in {shown}",
+                   {"path": shown, "replacements": done})
+
+
+# -- list -----------------------------------------------------------------------------------
+
+LIST_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "default": ".",
+                 "description": "Folder to list, relative to the workspace root (default: the root)."},
+        "limit": {"type": "integer", "minimum": 1,
+                  "description": "The most entries to return (at most the plugin's max_results)."},
+    },
+    "additionalProperties": False,
+}
+
+LIST_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "entries": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "type": {"enum": ["file", "dir", "other"]},
+                "size": {"type": ["integer", "null"], "description": "bytes, for files"},
+            },
+            "required": ["name", "type", "size"],
+            "additionalProperties": False,
+        }},
+        "truncated": {"type": "boolean", "description": "the folder holds more entries than returned"},
+    },
+    "required": ["path", "entries", "truncated"],
+    "additionalProperties": False,
+}
+
+LIST_DESCRIPTION = (
+    "List what a folder in the workspace holds, sorted by name; folders end with `/`. "
+    "Not recursive: use glob to find files by name anywhere below a folder."
+)
+
+
+def list_folder(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
+    path = ws.resolve(arguments.get("path", "."))
+    shown = ws.show(path)
+    if not path.exists():
+        raise FileToolError(f"{shown}: no such folder")
+    if not path.is_dir():
+        raise FileToolError(f"{shown} is a file; use read to see it")
+    limit = min(arguments.get("limit", settings.max_results), settings.max_results)
+    entries: list[dict[str, Any]] = []
+    with os.scandir(path) as scan:
+        for entry in sorted(scan, key=lambda e: e.name):
+            if entry.is_symlink() and not ws.inside(Path(entry.path)):
+                continue  # what lies outside is not shown, not even by name
+            if entry.is_dir():
+                entries.append({"name": entry.name, "type": "dir", "size": None})
+            elif entry.is_file():
+                entries.append({"name": entry.name, "type": "file", "size": entry.stat().st_size})
+            else:
+                entries.append({"name": entry.name, "type": "other", "size": None})
+    truncated = len(entries) > limit
+    lines = [e["name"] + ("/" if e["type"] == "dir" else "") for e in entries[:limit]]
+    if not entries:
+        lines.append(f"[{shown} is empty]")
+    elif truncated:
+        lines.append(f"[first {limit} of {len(entries)} entries]")
+    return _result("\n".join(lines), {"path": shown, "entries": entries[:limit], "truncated": truncated})

@@ -1,0 +1,385 @@
+"""apply_patch: the `*** Begin Patch` format (as OpenAI's Codex uses it), applied all or nothing.
+
+    *** Begin Patch
+    *** Add File: docs/hello.txt
+    +Hello
+    *** Update File: src/app.py
+    *** Move to: src/main.py
+    @@ def greet():
+    -    print("Hi")
+    +    print("Hello")
+    *** Delete File: old.txt
+    *** End Patch
+
+Three steps, so that a patch either changes every file or none:
+1. parse the text into file operations (a syntax error names its patch line);
+2. plan: resolve every path inside the workspace, read every file and work out each new
+   content in memory (a hunk that does not apply names its file and hunk);
+3. commit: stage every new content in a temporary file beside its target, then rename them into
+   place and delete what goes. Should the disk fail midway, what was done is undone from the
+   contents read in step 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nexus_core import ToolResult
+
+from ._fileio import make_parents, read_text, stage
+from ._paths import FileToolError, Workspace
+from ._settings import Settings
+
+BEGIN, END = "*** Begin Patch", "*** End Patch"
+ADD, UPDATE, DELETE, MOVE = "*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "
+END_OF_FILE = "*** End of File"
+
+
+class PatchError(FileToolError):
+    """A patch that cannot be parsed or applied; nothing was changed."""
+
+
+@dataclass
+class Hunk:
+    """One `@@` section of an Update File: `old` lines (context and `-`) become `new` lines
+    (context and `+`), found after the `anchor` line when one is given."""
+
+    anchor: str | None
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    at_end_of_file: bool = False
+
+
+@dataclass
+class FileOp:
+    kind: Literal["add", "update", "delete"]
+    path: str
+    line: int  # where it starts in the patch, for messages
+    move_to: str | None = None
+    content: list[str] = field(default_factory=list)  # for add
+    hunks: list[Hunk] = field(default_factory=list)  # for update
+
+
+# -- 1. parse -------------------------------------------------------------------------------
+
+
+def parse(text: str) -> list[FileOp]:
+    """The file operations of a patch, or PatchError naming the line that is wrong.
+
+    Lenient where models are known to slip and the meaning is still clear (as Codex is): spaces
+    around the markers, blank lines between hunks, a first hunk without its `@@` line, and an
+    empty line inside a hunk taken as an empty context line.
+    """
+    lines = text.strip().splitlines()
+    if not lines or lines[0].strip() != BEGIN:
+        raise PatchError(f"a patch must start with the line {BEGIN!r}")
+    if lines[-1].strip() != END:
+        raise PatchError(f"a patch must end with the line {END!r}")
+    ops: list[FileOp] = []
+    i, end = 1, len(lines) - 1
+    while i < end:
+        header = lines[i].strip()
+        number = i + 1
+        if not header:
+            i += 1
+        elif header.startswith(ADD):
+            op = FileOp("add", header[len(ADD):].strip(), number)
+            i += 1
+            while i < end and lines[i].startswith("+"):
+                op.content.append(lines[i][1:])
+                i += 1
+            ops.append(op)
+        elif header.startswith(DELETE):
+            ops.append(FileOp("delete", header[len(DELETE):].strip(), number))
+            i += 1
+        elif header.startswith(UPDATE):
+            op = FileOp("update", header[len(UPDATE):].strip(), number)
+            i += 1
+            if i < end and lines[i].strip().startswith(MOVE):
+                op.move_to = lines[i].strip()[len(MOVE):].strip()
+                i += 1
+            i = _parse_hunks(lines, i, end, op)
+            ops.append(op)
+        else:
+            raise PatchError(f"patch line {number}: expected '*** Add File: ', '*** Update File: ' or "
+                             f"'*** Delete File: ' followed by a path, got {lines[i]!r}")
+    for op in ops:
+        if not op.path or (op.move_to is not None and not op.move_to):
+            raise PatchError(f"patch line {op.line}: a file section needs a path")
+    return ops
+
+
+def _parse_hunks(lines: list[str], i: int, end: int, op: FileOp) -> int:
+    """Read the hunks of an Update File section from line index `i`; returns where they stop."""
+    while i < end:
+        line = lines[i]
+        if line.startswith("***"):
+            break  # the next file section
+        if not line.strip():
+            i += 1  # a blank line between hunks
+            continue
+        hunk_line = i + 1
+        if line.startswith("@@"):
+            hunk = Hunk(anchor=line[2:].strip() or None)
+            i += 1
+        elif not op.hunks:
+            hunk = Hunk(anchor=None)  # the first hunk may start straight with its lines
+        else:
+            raise PatchError(f"patch line {i + 1}: expected a hunk starting with '@@', got {line!r}")
+        start = i
+        while i < end:
+            line = lines[i]
+            if line.strip() == END_OF_FILE:
+                hunk.at_end_of_file = True
+                i += 1
+                break
+            if line == "":
+                hunk.old.append("")
+                hunk.new.append("")
+            elif line[0] == " ":
+                hunk.old.append(line[1:])
+                hunk.new.append(line[1:])
+            elif line[0] == "-":
+                hunk.old.append(line[1:])
+            elif line[0] == "+":
+                hunk.new.append(line[1:])
+            else:
+                break
+            i += 1
+        if i == start or not (hunk.old or hunk.new):
+            raise PatchError(f"patch line {hunk_line}: hunk {len(op.hunks) + 1} of {op.path} has no lines; "
+                             "each line of a hunk starts with ' ' (context), '-' (remove) or '+' (add)")
+        op.hunks.append(hunk)
+    if not op.hunks:
+        raise PatchError(f"patch line {op.line}: Update File {op.path} has no hunks")
+    return i
+
+
+# -- 2. plan --------------------------------------------------------------------------------
+
+
+def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool) -> int | None:
+    """Where `pattern` occurs in `lines` at or after `start`. Tries an exact match first, then
+    ignoring trailing whitespace, then ignoring surrounding whitespace: models often get
+    indentation of blank lines or trailing spaces wrong, rarely the text itself."""
+    last = len(lines) - len(pattern)
+    if last < start:
+        return None
+    candidates = list(range(start, last + 1))
+    if at_end:  # `*** End of File`: the end of the file is the place to look first
+        candidates.insert(0, last)
+    normalizers: list[Callable[[str], str]] = [lambda s: s, str.rstrip, str.strip]
+    for norm in normalizers:
+        wanted = [norm(p) for p in pattern]
+        for at in candidates:
+            if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):
+                return at
+    return None
+
+
+def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
+    """`text` with every hunk applied in order, or PatchError naming the hunk that does not fit.
+    Line ends (`\\n` or `\\r\\n`) and whether the file ends with one are kept as they were."""
+    eol = "\r\n" if "\r\n" in text else "\n"
+    lines = text.split(eol)
+    ends_with_eol = text == "" or text.endswith(eol)
+    if ends_with_eol:
+        lines.pop()
+    edits: list[tuple[int, int, list[str]]] = []  # (at, how many old lines, new lines)
+    position = 0
+    for number, hunk in enumerate(hunks, 1):
+        if hunk.anchor is not None:
+            found = _seek(lines, [hunk.anchor], position, False)
+            if found is None:
+                raise PatchError(f"{shown}: hunk {number} does not apply: its @@ line {hunk.anchor!r} "
+                                 f"was not found{f' after line {position}' if position else ''}")
+            position = found + 1
+        if not hunk.old:  # only additions: after the anchor, or at the end of the file
+            edits.append((position if hunk.anchor is not None else len(lines), 0, hunk.new))
+            continue
+        old, new = hunk.old, hunk.new
+        found = _seek(lines, old, position, hunk.at_end_of_file)
+        if found is None and old[-1] == "":
+            # A trailing empty context line is often the patch's own final newline.
+            old, new = old[:-1], new[:-1] if new and new[-1] == "" else new
+            found = _seek(lines, old, position, hunk.at_end_of_file) if old else None
+        if found is None:
+            expected = "\n".join(f"  {line}" for line in hunk.old)
+            raise PatchError(f"{shown}: hunk {number} does not apply: these lines were not found"
+                             f"{f' after line {position}' if position else ''}:\n{expected}\n"
+                             "Read the file again and make the context and '-' lines match it exactly.")
+        edits.append((found, len(old), new))
+        position = found + len(old)
+    for at, count, new in reversed(edits):
+        lines[at:at + count] = new
+    return eol.join(lines) + (eol if ends_with_eol and lines else "")
+
+
+@dataclass
+class Plan:
+    """What the patch does, worked out in full before anything is touched."""
+
+    writes: dict[Path, tuple[bytes, int | None]] = field(default_factory=dict)  # path -> (data, mode)
+    deletes: list[Path] = field(default_factory=list)
+    originals: dict[Path, bytes | None] = field(default_factory=dict)  # None: did not exist
+    changes: list[dict[str, Any]] = field(default_factory=list)  # for the result
+
+
+def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
+    result = Plan()
+    touched: dict[Path, str] = {}
+
+    def claim(requested: str) -> tuple[Path, str]:
+        path = ws.resolve(requested)
+        shown = ws.show(path)
+        if path in touched:
+            raise PatchError(f"{shown} appears twice in the patch; put all its changes in one section")
+        touched[path] = shown
+        if path.is_dir():
+            raise PatchError(f"{shown} is a folder, not a file")
+        result.originals[path] = path.read_bytes() if path.exists() else None
+        return path, shown
+
+    for op in ops:
+        path, shown = claim(op.path)
+        if op.kind == "add":
+            if path.exists():
+                raise PatchError(f"Add File {shown}: it already exists; use Update File to change it")
+            result.writes[path] = ("".join(line + "\n" for line in op.content).encode("utf-8"), None)
+            result.changes.append({"action": "add", "path": shown, "moved_to": None})
+        elif op.kind == "delete":
+            if not path.exists():
+                raise PatchError(f"Delete File {shown}: no such file")
+            result.deletes.append(path)
+            result.changes.append({"action": "delete", "path": shown, "moved_to": None})
+        else:
+            if not path.exists():
+                raise PatchError(f"Update File {shown}: no such file (use Add File to create it)")
+            new_text = apply_hunks(read_text(path, shown), op.hunks, shown)
+            data = new_text.encode("utf-8")
+            if op.move_to is None:
+                result.writes[path] = (data, None)
+                result.changes.append({"action": "update", "path": shown, "moved_to": None})
+                continue
+            target, target_shown = claim(op.move_to)
+            if target.exists():
+                raise PatchError(f"Move to {target_shown}: it already exists")
+            result.writes[target] = (data, stat.S_IMODE(path.stat().st_mode))
+            result.deletes.append(path)
+            result.changes.append({"action": "update", "path": shown, "moved_to": target_shown})
+    return result
+
+
+# -- 3. commit ------------------------------------------------------------------------------
+
+
+def _restore(path: Path, original: bytes | None) -> None:
+    if original is None:
+        path.unlink(missing_ok=True)
+    else:
+        os.replace(stage(path, original), path)
+
+
+def _undo(staged: dict[Path, Path], created: list[Path]) -> None:
+    """Remove staged temporary files and the folders made for them (deepest first)."""
+    for tmp in staged.values():
+        tmp.unlink(missing_ok=True)
+    for folder in sorted(created, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def commit(done_plan: Plan) -> None:
+    """Make the plan true on disk, or leave the disk as it was and raise PatchError."""
+    staged: dict[Path, Path] = {}
+    created: list[Path] = []
+    try:
+        for path, (data, mode) in done_plan.writes.items():
+            created.extend(make_parents(path))
+            staged[path] = stage(path, data, mode)
+    except OSError as exc:
+        _undo(staged, created)
+        raise PatchError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
+
+    finished: list[Path] = []
+    try:
+        for path, tmp in staged.items():
+            os.replace(tmp, path)
+            finished.append(path)
+        for path in done_plan.deletes:
+            path.unlink()
+            finished.append(path)
+    except OSError as exc:
+        for path in reversed(finished):
+            _restore(path, done_plan.originals[path])
+        _undo(staged, created)
+        raise PatchError(f"cannot change {exc.filename}: {exc.strerror}; every change was undone") from None
+
+
+# -- the tool -------------------------------------------------------------------------------
+
+PATCH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "patch": {"type": "string", "minLength": 1,
+                  "description": "The whole patch, from '*** Begin Patch' to '*** End Patch'."},
+    },
+    "required": ["patch"],
+    "additionalProperties": False,
+}
+
+PATCH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "changes": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "action": {"enum": ["add", "update", "delete"]},
+                "path": {"type": "string", "description": "relative to the workspace root"},
+                "moved_to": {"type": ["string", "null"], "description": "new path, for a moved file"},
+            },
+            "required": ["action", "path", "moved_to"],
+            "additionalProperties": False,
+        }},
+    },
+    "required": ["changes"],
+    "additionalProperties": False,
+}
+
+PATCH_DESCRIPTION = """\
+Add, change, move and delete files in the workspace with one patch. Either every file changes or none does.
+
+*** Begin Patch
+*** Add File: path/new.txt
++each line of the new file, prefixed with +
+*** Update File: path/old.py
+*** Move to: path/renamed.py   (optional)
+@@ def greet():   (optional: a line above the change, to find the right place)
+ a context line, prefixed with a space
+-a line to remove
++a line to add
+*** Delete File: path/gone.txt
+*** End Patch
+
+Give about 3 lines of unchanged context around each change, copied exactly from the file. Several
+@@ hunks per file are applied in order, top to bottom. Paths are relative to the workspace root."""
+
+
+def apply_patch(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
+    ops = parse(arguments["patch"])
+    if not ops:
+        raise PatchError("the patch has no file sections: nothing to do")
+    the_plan = plan(ws, ops)
+    commit(the_plan)
+    marks = {"add": "A", "update": "M", "delete": "D"}
+    lines = [f"{marks[c['action']]} {c['path']}" + (f" -> {c['moved_to']}" if c["moved_to"] else "")
+             for c in the_plan.changes]
+    count = len(the_plan.changes)
+    summary = f"applied the patch: {count} file{'s' if count != 1 else ''} changed\n" + "\n".join(lines)
+    return ToolResult(id="", name="", output=summary, output_structured={"changes": the_plan.changes})
