@@ -1,0 +1,391 @@
+"""The run_code child: the runtime a script sees, and the loop that runs one script.
+
+Inside the child this module is also importable as `_nexus_rt`, the runtime the generated `tools`
+module calls into. It talks to the host only over two pipe fds, in JSON lines:
+
+host -> child: {"t": "start", ...}            the script, the bindings, skill helpers, settings
+child -> host: {"t": "call", "id", "name", "args", "p"}   a tool call ("p": made inside parallel)
+host -> child: {"t": "result", "id", "result"}            its ToolResult, as JSON
+child -> host: {"t": "out", "s": "stdout"|"stderr", "d"}  output, as the script writes it
+child -> host: {"t": "done", "result"} | {"t": "error", "kind", "message"}   the end
+
+The host treats everything the child sends as untrusted. Nothing here is a security boundary.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+SCRIPT_FILENAME = "script.py"
+MAX_LINE = 64 * 1024 * 1024
+
+
+# -- the runtime the bindings call ------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call from the script did not succeed."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        super().__init__(f"{tool}: {reason}")
+        self.tool = tool
+        self.reason = reason
+
+
+class ToolVetoed(ToolError):
+    """A gate refused the call."""
+
+
+class ToolFailed(ToolError):
+    """The tool ran (or could not) and returned an error."""
+
+
+@attrs.define(kw_only=True)
+class Result:
+    """What a tool without an output schema returns: its text output."""
+
+    output: str = ""
+    error: str | None = None
+    output_file: str | None = None
+
+
+def _json_overrides(cls: type) -> dict[str, Any]:
+    return {f.name: override(rename=f.metadata["json"]) for f in attrs.fields(cls) if "json" in f.metadata}
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    conv.register_structure_hook_factory(
+        attrs.has, lambda cls: make_dict_structure_fn(cls, conv, **_json_overrides(cls))
+    )
+    conv.register_unstructure_hook_factory(
+        attrs.has,
+        lambda cls: make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **_json_overrides(cls)),
+    )
+    return conv
+
+
+converter = _make_converter()
+_channel: Channel | None = None
+_local = threading.local()
+
+
+def in_parallel() -> bool:
+    return getattr(_local, "parallel", False)
+
+
+def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], result_type: Any) -> Any:
+    """Call tool `name` through the host; typed result, or ToolVetoed / ToolFailed."""
+    if args is None:
+        try:
+            args = args_cls(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"tools.{name}: {exc}".replace("__init__() ", "")) from None
+    elif kwargs:
+        raise TypeError(f"tools.{name}: pass an {args_cls.__name__} or keywords, not both")
+    if isinstance(args, dict):
+        arguments = args
+    elif attrs.has(type(args)):
+        arguments = converter.unstructure(args)
+    else:
+        raise TypeError(f"tools.{name}: expected {args_cls.__name__}, got {type(args).__name__}")
+    assert _channel is not None, "the tools runtime is only available inside run_code"
+    reply = _channel.request({"t": "call", "name": name, "args": arguments, "p": in_parallel()})
+    result = reply.get("result") or {}
+    error = result.get("error")
+    if error is not None:
+        raise (ToolVetoed if result.get("error_kind") == "vetoed" else ToolFailed)(name, str(error))
+    if result_type is Result:
+        return Result(output=result.get("output", ""), output_file=result.get("output_file"))
+    data = result.get("output_structured")
+    if data is None:
+        try:
+            data = json.loads(result.get("output") or "null")
+        except ValueError:
+            raise ToolFailed(name, "its output is not the JSON its output schema promises") from None
+    try:
+        return converter.structure(data, result_type)
+    except Exception as exc:
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        raise ToolFailed(name, f"its output does not match its output schema: {detail}") from None
+
+
+# -- the pipe to the host ---------------------------------------------------------------------
+
+
+class ChannelClosed(Exception):
+    """The host went away (or sent something that is not a message)."""
+
+
+class Channel:
+    """JSON lines over two fds. Any thread may `request`; whichever waiting thread holds the
+    reader role reads replies and hands them to their waiters (so a lone caller reads its own
+    reply directly, with no thread hop)."""
+
+    def __init__(self, rfd: int, wfd: int) -> None:
+        self.rfd, self.wfd = rfd, wfd
+        self._wlock = threading.Lock()
+        self._cond = threading.Condition()
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._reading = False
+        self._closed: str | None = None
+        self._buf = b""
+        self._ids = itertools.count(1)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = (json.dumps(msg, separators=(",", ":"), default=_json_default) + "\n").encode()
+        with self._wlock:
+            view = memoryview(data)
+            while view:
+                n = os.write(self.wfd, view)
+                view = view[n:]
+
+    def read_message(self) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                raise ChannelClosed("the host closed the pipe")
+            self._buf += chunk
+            if len(self._buf) > MAX_LINE:
+                raise ChannelClosed("message too long")
+        line, _, self._buf = self._buf.partition(b"\n")
+        msg = json.loads(line)
+        if not isinstance(msg, dict):
+            raise ChannelClosed("not a message")
+        return msg
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        rid = next(self._ids)
+        self.send({**msg, "id": rid})
+        with self._cond:
+            while True:
+                if rid in self._replies:
+                    return self._replies.pop(rid)
+                if self._closed:
+                    raise ChannelClosed(self._closed)
+                if not self._reading:
+                    self._reading = True
+                    break
+                self._cond.wait()
+        try:
+            while True:
+                reply = self.read_message()
+                with self._cond:
+                    self._replies[reply.get("id", -1)] = reply
+                    self._cond.notify_all()
+                    if rid in self._replies:
+                        self._reading = False
+                        self._cond.notify_all()  # another waiter takes over reading
+                        return self._replies.pop(rid)
+        except BaseException as exc:
+            with self._cond:
+                self._reading = False
+                self._closed = self._closed or str(exc) or type(exc).__name__
+                self._cond.notify_all()
+            raise
+
+
+def _json_default(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return converter.unstructure(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+class StreamWriter:
+    """sys.stdout / sys.stderr for the script: lines (or 512-byte pieces) go to the host, up to
+    the shared byte cap; past it output is dropped and `truncated` set."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, channel: Channel, stream: str, budget: list[int], flags: dict[str, bool]) -> None:
+        self._channel = channel
+        self._stream = stream
+        self._budget = budget
+        self._flags = flags
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            self._pending += text
+            if "\n" in self._pending or len(self._pending) >= 512:
+                cut = self._pending.rfind("\n") + 1 or len(self._pending)
+                self._emit(self._pending[:cut])
+                self._pending = self._pending[cut:]
+        return len(text)
+
+    def _emit(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        if len(data) > self._budget[0]:
+            data = data[: max(self._budget[0], 0)]
+            text = data.decode("utf-8", "ignore")
+            self._flags["truncated"] = True
+        if not text:
+            return
+        self._budget[0] -= len(data)
+        self._channel.send({"t": "out", "s": self._stream, "d": text})
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._emit(self._pending)
+                self._pending = ""
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+# -- running one script ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Context:
+    """What `run(ctx)` receives."""
+
+    call_id: str
+    timeout_seconds: float
+    started: float = attrs.field(factory=time.monotonic)
+
+    def remaining(self) -> float:
+        """Seconds left before the script is stopped."""
+        return max(0.0, self.timeout_seconds - (time.monotonic() - self.started))
+
+
+def _script_line(tb: types.TracebackType | None) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == SCRIPT_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        text = exc.strerror or text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def install_modules(start: dict[str, Any]) -> None:
+    """Put `_nexus_rt`, `tools`, `parallel` and `skills.<name>` in sys.modules."""
+    from . import _parallel
+
+    sys.modules["_nexus_rt"] = sys.modules[__name__]
+    _parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
+    sys.modules["parallel"] = _parallel
+    tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
+    tools.__file__ = "tools.py"
+    exec(compile(start["bindings"], "tools.py", "exec"), tools.__dict__)
+    sys.modules["tools"] = tools
+    skills_pkg = types.ModuleType("skills", "Helpers of the active skills.")
+    skills_pkg.__path__ = []
+    sys.modules["skills"] = skills_pkg
+    for name, files in (start.get("skills") or {}).items():
+        mod = types.ModuleType(f"skills.{name}")
+        mod.__file__ = f"skills/{name}/__init__.py"
+        for filename, source in files:
+            exec(compile(source, f"skills/{name}/{filename}", "exec"), mod.__dict__)
+        sys.modules[f"skills.{name}"] = mod
+        setattr(skills_pkg, name, mod)
+
+
+def run_script(channel: Channel, start: dict[str, Any]) -> dict[str, Any]:
+    """Run the script of `start`; the final message to send ("done" or "error")."""
+    global _channel
+    _channel = channel
+    budget = [int(start.get("max_output_bytes", 65536))]
+    flags = {"truncated": False}
+    out = StreamWriter(channel, "stdout", budget, flags)
+    err = StreamWriter(channel, "stderr", budget, flags)
+    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    try:
+        install_modules(start)
+        module = types.ModuleType("__script__")
+        module.__file__ = SCRIPT_FILENAME
+        code = compile(start["script"], SCRIPT_FILENAME, "exec")
+        exec(code, module.__dict__)
+        run: Callable[[Any], Any] = module.__dict__["run"]
+        value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
+    except MemoryError:
+        out.flush(), err.flush()
+        return {"t": "error", "kind": "memory", "message": "memory limit exceeded"}
+    except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
+        out.flush(), err.flush()
+        line = _script_line(exc.__traceback__)
+        where = f"line {line}: " if line else ""
+        return {"t": "error", "kind": "runtime", "message": f"{where}{_describe(exc)}",
+                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    out.flush(), err.flush()
+    try:
+        text = json.dumps(value, default=_json_default, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return {"t": "error", "kind": "result", "message": str(exc)}
+    limit = int(start.get("max_result_bytes", 1 << 20))
+    if len(text) > limit:
+        return {"t": "error", "kind": "result_size", "message": f"{len(text)} bytes (the limit is {limit})"}
+    return {"t": "done", "result": text, "truncated": flags["truncated"]}
+
+
+def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
+    """Run one script: read its start message (unless given), run it, report, flush."""
+    channel = Channel(rfd, wfd)
+    try:
+        if start is None:
+            start = channel.read_message()
+        final = run_script(channel, start)
+    except ChannelClosed:
+        return
+    try:
+        channel.send(final)
+    except OSError:
+        pass
+
+
+def main() -> None:
+    """`python -I -m nexus_tool_code_exec._child POLICY_JSON`: the fresh-interpreter launcher's
+    child. The protocol runs on fds 0 and 1, which are then pointed at /dev/null."""
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    policy = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if policy.get("layers"):
+        try:
+            from ._launch import enter_sandbox
+
+            enter_sandbox(policy, keep_fds=(rfd, wfd))
+        except Exception as exc:  # report it on the protocol: the host turns it into the error
+            Channel(rfd, wfd).send({"t": "error", "kind": "sandbox", "message": _describe(exc)})
+            os._exit(1)
+    serve(rfd, wfd)
+    sys.stdout = sys.__stdout__
+    sys.stderr = sys.__stderr__
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

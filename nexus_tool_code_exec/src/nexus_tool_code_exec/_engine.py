@@ -1,0 +1,283 @@
+"""The run_code engine of one Nexus: its settings, the bindings cache, the launcher, the tool's
+handler, persistence and the code.exec events."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from nexus_core import (
+    CallContext,
+    CodeExecChunk,
+    CodeExecRequest,
+    CodeExecResult,
+    Nexus,
+    SkillContent,
+    ToolDef,
+    ToolResult,
+    hookimpl,
+)
+
+from ._bindings import Bindings, generate
+from ._check import ScriptRejected, check_script, skill_module_name
+from ._launch import Launcher, SpawnLauncher
+from ._runner import Outcome, ScriptRun, Settings
+
+log = logging.getLogger("nexus_tool_code_exec")
+
+TOOL_NAME = "run_code"
+
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "script": {
+            "type": "string",
+            "description": "A complete Python script that defines `def run(ctx):`; its return value "
+                           "(JSON-serializable) is the result.",
+        }
+    },
+    "required": ["script"],
+    "additionalProperties": False,
+}
+
+OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "stdout": {"type": "string", "description": "what the script printed (stdout and stderr)"},
+        "result": {"description": "run's return value"},
+        "stdout_truncated": {"type": "boolean"},
+    },
+}
+
+INTRO = """Run one Python script that calls many tools in a single step, in a sandbox.
+
+The script must define `def run(ctx):`; whatever it returns (JSON-serializable) is the result, and
+what it prints is streamed back. Import `tools` to call the tools below (typed: pass an Args object
+or keywords), `parallel` to fan out (`parallel.map(items, fn)`, `parallel.for_each(items, fn)`,
+`parallel.all(*fns)`: ordered results, at most {max_workers} at once, the first error is raised),
+and only these modules: {allowed}.{skills} No threads, processes, files outside the scratch
+folder or network. Limits: {timeout}s, {output} bytes of output, {calls} tool calls.
+
+Example:
+    import tools, parallel
+
+    def run(ctx):
+        paths = ...
+        texts = parallel.map(paths, lambda p: tools.read(path=p).content)
+        print(len(texts), "files")
+        return {{"count": len(texts)}}
+
+"""
+
+
+class CodeExec:
+    """run_code for one Nexus. Registered as a plugin of that Nexus, so its hookimpls see only
+    that Nexus's tools and skills."""
+
+    def __init__(self, nexus: Nexus, config: dict[str, Any], plugin_id: str) -> None:
+        self.nexus = nexus
+        self.config = config
+        self.plugin_id = plugin_id
+        self.settings = Settings(
+            timeout_seconds=float(config["timeout_seconds"]),
+            max_output_bytes=int(config["max_output_bytes"]),
+            max_workers=int(config["max_workers"]),
+            max_tool_calls=int(config["max_tool_calls"]),
+            max_result_bytes=int(config["max_result_bytes"]),
+        )
+        self._lock = threading.Lock()
+        self._bindings: tuple[Any, Bindings] | None = None
+        self._launcher: Launcher | None = None
+        self._closed = False
+
+    # -- the tool ---------------------------------------------------------------------------
+
+    def tooldef(self) -> ToolDef:
+        return ToolDef(
+            name=TOOL_NAME,
+            handler=self.handle,
+            description=self.description(),
+            input_schema=INPUT_SCHEMA,
+            output_schema=OUTPUT_SCHEMA,
+            takes_context=True,
+        )
+
+    def description(self) -> str:
+        skills = self.skill_helpers()
+        skill_text = ""
+        if skills:
+            skill_text = " Skill helpers: " + ", ".join(f"skills.{n}" for n in sorted(skills)) + "."
+        intro = INTRO.format(
+            max_workers=self.settings.max_workers,
+            allowed=", ".join(self.config["allowed_packages"]),
+            skills=skill_text,
+            timeout=f"{self.settings.timeout_seconds:g}",
+            output=self.settings.max_output_bytes,
+            calls=self.settings.max_tool_calls,
+        )
+        return intro + self.bindings().stubs
+
+    def _refresh_description(self) -> None:
+        registry = self.nexus._registry  # noqa: SLF001 - replace run_code in place, same plugin
+        if registry.get(TOOL_NAME) is None or self._closed:
+            return
+        registry.remove(TOOL_NAME)
+        registry.add(self.tooldef(), plugin=self.plugin_id)
+
+    # -- bindings and skills ----------------------------------------------------------------
+
+    def skill_helpers(self) -> dict[str, list[tuple[str, str]]]:
+        """`{module name: [(file name, source), ...]}` for the active skills' .py files."""
+        try:
+            from nexus_core.skills import active_skills  # type: ignore[attr-defined]
+        except ImportError:
+            return {}
+        helpers: dict[str, list[tuple[str, str]]] = {}
+        for skill in active_skills(self.nexus):
+            folder = Path(skill.path)
+            if folder.is_file():
+                folder = folder.parent
+            files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.name.startswith("test_"))
+            if files:
+                helpers[skill_module_name(skill.name)] = [
+                    (p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files
+                ]
+        return helpers
+
+    def bindings(self) -> Bindings:
+        key = self.nexus.tools_version
+        with self._lock:
+            if self._bindings is None or self._bindings[0] != key:
+                self._bindings = (key, generate(self.nexus.tools(), skip={TOOL_NAME}))
+            return self._bindings[1]
+
+    # -- hookimpls (this Nexus only) --------------------------------------------------------
+
+    @hookimpl
+    def nexus_tool_register(self, tool: ToolDef) -> None:
+        if tool.name != TOOL_NAME:
+            self._refresh_description()
+
+    @hookimpl
+    def nexus_skill_loaded(self, skill: SkillContent) -> None:
+        self._refresh_description()
+
+    @hookimpl
+    def nexus_skill_deactivate(self, name: str) -> None:
+        self._refresh_description()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def launcher(self) -> Launcher:
+        with self._lock:
+            if self._launcher is None:
+                self._launcher = SpawnLauncher()
+            return self._launcher
+
+    def policy(self, scratch: str) -> dict[str, Any]:
+        return {
+            "scratch": scratch,
+            "layers": [],
+            "limits": {},
+        }
+
+    def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        script = arguments["script"]
+        call_id = ctx.call_id
+        skills = self.skill_helpers()
+        try:
+            check_script(script, self.config["allowed_packages"], active_skills=skills,
+                         reject_threads=self.config["reject_threads"])
+        except ScriptRejected as exc:
+            outcome = Outcome(error=str(exc))
+            self._persist(call_id, script, outcome)
+            return self._result(outcome)
+
+        bindings = self.bindings()
+        session = self._session_dir(call_id)
+        self.nexus.hook.nexus_code_exec_request(
+            request=CodeExecRequest(call_id=call_id, script=script, session_dir=str(session) if session else None)
+        )
+        run = ScriptRun(self.nexus, call_id, self.settings, frozenset(bindings.functions.values()),
+                        emit_chunk=self._emit_chunk)
+        scratch = tempfile.mkdtemp(prefix="nexus-run-")
+        try:
+            start = {
+                "call_id": call_id,
+                "script": script,
+                "bindings": bindings.source,
+                "skills": skills,
+                "max_workers": self.settings.max_workers,
+                "max_output_bytes": self.settings.max_output_bytes,
+                "max_result_bytes": self.settings.max_result_bytes,
+                "timeout": self.settings.timeout_seconds,
+            }
+            outcome = run.run(self.launcher(), self.policy(scratch), start)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._persist(call_id, script, outcome)
+        self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
+            call_id=call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
+            stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
+            tool_calls=len(outcome.calls),
+        ))
+        return self._result(outcome)
+
+    def _emit_chunk(self, chunk: CodeExecChunk) -> None:
+        try:
+            self.nexus.hook.nexus_code_exec_stdout(chunk=chunk)
+        except Exception:
+            log.exception("an observer of nexus_code_exec_stdout raised")
+
+    @staticmethod
+    def _result(outcome: Outcome) -> ToolResult:
+        body: dict[str, Any] = {}
+        if outcome.stdout:
+            body["stdout"] = outcome.stdout
+        if outcome.error is None and outcome.result is not None:
+            body["result"] = outcome.result
+        if outcome.stdout_truncated:
+            body["stdout_truncated"] = True
+        if outcome.error is not None:
+            text = outcome.error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
+            return ToolResult(id="", name=TOOL_NAME, output=text, error=outcome.error,
+                              output_structured=body or None, error_kind="failure")
+        return ToolResult(id="", name=TOOL_NAME, output=json.dumps(body, ensure_ascii=False),
+                          output_structured=body)
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _session_dir(self, call_id: str) -> Path | None:
+        if not self.config["persist_scripts"]:
+            return None
+        return Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id / call_id
+
+    def _persist(self, call_id: str, script: str, outcome: Outcome) -> None:
+        folder = self._session_dir(call_id)
+        if folder is None:
+            return
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "script.py").write_text(script, encoding="utf-8")
+            (folder / "stdout.txt").write_text(outcome.stdout, encoding="utf-8")
+            if outcome.error is None:
+                (folder / "result.json").write_text(outcome.result_json or "null", encoding="utf-8")
+            else:
+                (folder / "error.txt").write_text(outcome.error + "\n", encoding="utf-8")
+            with open(folder / "calls.jsonl", "w", encoding="utf-8") as f:
+                for record in outcome.calls:
+                    f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        except OSError:
+            log.exception("could not persist run_code call %s in %s", call_id, folder)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            if self._launcher is not None:
+                self._launcher.close()
+                self._launcher = None

@@ -1,0 +1,142 @@
+"""Starting run_code children. A launcher gives the runner a `Child`: a process in its own process
+group and the two pipe ends the protocol runs on. The runner does not care how it was made:
+
+- `SpawnLauncher`: a fresh `python -I` per script (~30-50 ms; works everywhere).
+- the zygote launcher (_zygote.py): forks children from a warm process (a few ms).
+
+Both isolate the child the same way, through `enter_sandbox`, before the script's first line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Protocol
+
+import attrs
+
+#: the environment a child gets: nothing of the host's
+CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+             "PYTHONIOENCODING": "utf-8"}
+
+
+@attrs.define(eq=False)
+class Child:
+    """A running child: its pid (= its process group) and the host's ends of its pipes."""
+
+    pid: int
+    rfd: int  # the host reads the child's messages here
+    wfd: int  # the host writes to the child here
+    _waiter: Any = attrs.field(default=None, repr=False)  # returns the exit status, or None
+    _closed: bool = False
+
+    def kill(self) -> None:
+        """Kill the child's whole process group (it may have started nothing, but if it did)."""
+        for target in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def wait(self, timeout: float = 5.0) -> int | None:
+        """The exit status as subprocess reports it (negative: killed by that signal)."""
+        return self._waiter(timeout) if self._waiter else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (self.rfd, self.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Launcher(Protocol):
+    kind: str
+
+    def launch(self, policy: dict[str, Any]) -> Child: ...
+
+    def close(self) -> None: ...
+
+
+def enter_sandbox(policy: dict[str, Any], keep_fds: tuple[int, ...]) -> list[str]:
+    """Isolate the current (fresh, single-threaded) child as `policy` asks. Returns the layers
+    applied; raises when a requested layer cannot be applied."""
+    from . import sandbox
+
+    limits = sandbox.Limits(**policy.get("limits", {}))
+    sp = sandbox.SandboxPolicy(
+        scratch_dir=policy["scratch"],
+        read_paths=tuple(policy.get("read_paths", ())),
+        limits=limits,
+        layers=frozenset(policy.get("layers", ())),
+        keep_fds=tuple(keep_fds),
+    )
+    sandbox.enter(sp)
+    return sorted(sp.layers)
+
+
+class SpawnLauncher:
+    """One fresh interpreter per script."""
+
+    kind = "spawn"
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+
+    def launch(self, policy: dict[str, Any]) -> Child:
+        import json
+
+        proc = subprocess.Popen(
+            [self.python, "-I", "-m", "nexus_tool_code_exec._child", json.dumps(policy)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=CHILD_ENV,
+            cwd=policy["scratch"],
+            close_fds=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        rfd, wfd = os.dup(proc.stdout.fileno()), os.dup(proc.stdin.fileno())
+        proc.stdout.close()
+        proc.stdin.close()
+
+        def wait(timeout: float) -> int | None:
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+
+        return Child(proc.pid, rfd, wfd, waiter=wait)
+
+    def close(self) -> None:
+        pass
+
+
+class Watchdog:
+    """Kills a child at its deadline, from a timer thread, whatever the runner is doing."""
+
+    def __init__(self, child: Child, seconds: float) -> None:
+        self.fired = False
+        self._child = child
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self.started = time.monotonic()
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._child.kill()
+
+    def start(self) -> Watchdog:
+        self._timer.start()
+        return self
+
+    def cancel(self) -> None:
+        self._timer.cancel()

@@ -1,0 +1,291 @@
+"""The host side of one run_code script: launch a child, speak the protocol, answer its tool
+calls through `Nexus.invoke` (gates and all), stream its output, enforce the limits.
+
+Everything the child sends is untrusted: a call names a tool by name and the host decides. Only
+tools that were bound for this script can be reached (never run_code), each through the gates,
+at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+
+from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult, unstructure
+
+from ._launch import Child, Launcher, Watchdog
+
+MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation
+CHUNK = 512
+
+
+@attrs.define
+class Settings:
+    timeout_seconds: float
+    max_output_bytes: int
+    max_workers: int
+    max_tool_calls: int
+    max_result_bytes: int
+
+
+@attrs.define
+class Outcome:
+    """How a script ended. `error` starts with one of the brief's prefixes when set."""
+
+    stdout: str = ""
+    stdout_truncated: bool = False
+    result: Any = None
+    result_json: str | None = None
+    error: str | None = None
+    calls: list[dict[str, Any]] = attrs.field(factory=list)
+    duration: float = 0.0
+
+
+class _Streamer:
+    """Output chunks for `nexus_code_exec_stdout`: at each newline, when 512 bytes are pending,
+    and a final chunk. Also keeps the capped transcript for the result."""
+
+    def __init__(self, emit: Callable[[CodeExecChunk], None], call_id: str, cap: int) -> None:
+        self._emit = emit
+        self._call_id = call_id
+        self._budget = cap
+        self.truncated = False
+        self.parts: list[str] = []
+        self._pending: dict[str, str] = {"stdout": "", "stderr": ""}
+
+    def feed(self, stream: str, data: str) -> None:
+        if stream not in self._pending or not isinstance(data, str):
+            return
+        raw = data.encode("utf-8", "replace")
+        if len(raw) > self._budget:
+            raw = raw[: self._budget]
+            data = raw.decode("utf-8", "ignore")
+            self.truncated = True
+        if not data:
+            return
+        self._budget -= len(raw)
+        self.parts.append(data)
+        pending = self._pending[stream] + data
+        while True:
+            nl = pending.find("\n")
+            if nl >= 0 and nl < CHUNK:
+                self._send(stream, pending[: nl + 1])
+                pending = pending[nl + 1:]
+            elif len(pending.encode("utf-8", "replace")) >= CHUNK:
+                head = pending.encode("utf-8", "replace")[:CHUNK].decode("utf-8", "ignore")
+                self._send(stream, head)
+                pending = pending[len(head):]
+            else:
+                break
+        self._pending[stream] = pending
+
+    def finish(self) -> None:
+        for stream in ("stderr", "stdout"):
+            if self._pending[stream] and stream == "stderr":
+                self._send(stream, self._pending[stream])
+                self._pending[stream] = ""
+        self._send("stdout", self._pending["stdout"], final=True)
+        self._pending["stdout"] = ""
+
+    def _send(self, stream: str, data: str, final: bool = False) -> None:
+        self._emit(CodeExecChunk(call_id=self._call_id, data=data, stream=stream, final=final))  # type: ignore[arg-type]
+
+
+class ProtocolError(Exception):
+    """The child sent something that is not the protocol."""
+
+
+class ScriptRun:
+    def __init__(
+        self,
+        nexus: Nexus,
+        call_id: str,
+        settings: Settings,
+        bound_tools: frozenset[str],
+        emit_chunk: Callable[[CodeExecChunk], None],
+    ) -> None:
+        self.nexus = nexus
+        self.call_id = call_id
+        self.settings = settings
+        self.bound_tools = bound_tools
+        self.streamer = _Streamer(emit_chunk, call_id, settings.max_output_bytes)
+        self.calls: list[dict[str, Any]] = []
+        self._calls_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._call_count = 0
+        self._child: Child | None = None
+
+    # -- answering tool calls ---------------------------------------------------------------
+
+    def _answer(self, msg: dict[str, Any]) -> None:
+        rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
+        call = ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {},
+                        parent_call_id=self.call_id)
+        if name not in self.bound_tools:
+            result = ToolResult(id=call.id, name=call.name, output=f"unknown tool: {name!r}",
+                                error=f"unknown tool: {name!r}", error_kind="unknown_tool")
+        else:
+            result = self.nexus.invoke(call)
+        record = {"id": call.id, "name": call.name, "arguments": call.arguments, "result": unstructure(result)}
+        with self._calls_lock:
+            self.calls.append(record)
+        self._send({"t": "result", "id": rid, "result": record["result"]})
+
+    def _refuse(self, msg: dict[str, Any], reason: str) -> None:
+        self._send({"t": "result", "id": msg.get("id"),
+                    "result": {"output": reason, "error": reason, "error_kind": "failure"}})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        child = self._child
+        if child is None:
+            return
+        data = (json.dumps(msg, separators=(",", ":"), default=str) + "\n").encode()
+        with self._write_lock:
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(child.wfd, view)
+                    view = view[n:]
+            except OSError:
+                pass  # the child is gone; its end of the run is handled by the reader
+
+    def _dispatch_call(self, msg: dict[str, Any]) -> None:
+        if not isinstance(msg.get("id"), int) or not isinstance(msg.get("name"), str) or not isinstance(msg.get("args"), dict):
+            raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
+        self._call_count += 1
+        if self._call_count > self.settings.max_tool_calls:
+            self._refuse(msg, f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls")
+            return
+        if msg.get("p"):
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
+            self._pool.submit(self._answer, msg)
+        else:
+            self._answer(msg)  # a lone sequential call: no thread hop
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self, launcher: Launcher, policy: dict[str, Any], start: dict[str, Any]) -> Outcome:
+        began = time.monotonic()
+        outcome = Outcome()
+        try:
+            child = launcher.launch(policy)
+        except Exception as exc:
+            outcome.error = f"runtime error: could not start the script's process: {exc}"
+            return outcome
+        self._child = child
+        watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        final: dict[str, Any] | None = None
+        violation: str | None = None
+        try:
+            self._send({"t": "start", **start})
+            final, violation = self._read_loop(child)
+        finally:
+            watchdog.cancel()
+            if final is None or violation:
+                child.kill()
+            status = child.wait(timeout=5.0)
+            if status is None:
+                child.kill()
+                status = child.wait(timeout=5.0)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            child.close()
+            self._child = None
+            self.streamer.finish()
+        outcome.duration = time.monotonic() - began
+        outcome.stdout = "".join(self.streamer.parts)
+        outcome.stdout_truncated = self.streamer.truncated or bool(final and final.get("truncated"))
+        outcome.calls = self.calls
+        if watchdog.fired:
+            outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
+        elif violation:
+            outcome.error = f"runtime error: the script's process broke the protocol ({violation}) and was stopped"
+        elif final is None:
+            outcome.error = self._death_message(status)
+        elif final.get("t") == "done":
+            outcome.result_json = final.get("result") if isinstance(final.get("result"), str) else "null"
+            try:
+                outcome.result = json.loads(outcome.result_json)
+            except ValueError:
+                outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
+        else:
+            outcome.error = self._error_message(final)
+        return outcome
+
+    def _read_loop(self, child: Child) -> tuple[dict[str, Any] | None, str | None]:
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(child.rfd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return None, None
+            buf += chunk
+            while True:
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    if len(buf) > MAX_MESSAGE:
+                        return None, "a message longer than the limit"
+                    break
+                line, buf = buf[:nl], buf[nl + 1:]
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    return None, "a line that is not JSON"
+                if not isinstance(msg, dict):
+                    return None, "a message that is not an object"
+                kind = msg.get("t")
+                try:
+                    if kind == "out":
+                        self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
+                    elif kind == "call":
+                        self._dispatch_call(msg)
+                    elif kind in ("done", "error"):
+                        return msg, None
+                    else:
+                        return None, f"an unknown message type {kind!r}"
+                except ProtocolError as exc:
+                    return None, str(exc)
+
+    def _error_message(self, final: dict[str, Any]) -> str:
+        kind, message = final.get("kind"), str(final.get("message", ""))
+        if kind == "memory":
+            return "memory limit exceeded"
+        if kind == "result":
+            return f"result is not JSON-serializable: {message}"
+        if kind == "result_size":
+            return f"result is not JSON-serializable: the result is too large: {message}"
+        if kind == "sandbox":
+            return f"runtime error: the sandbox could not be set up: {message}"
+        return f"runtime error: {message}"
+
+    @staticmethod
+    def _death_message(status: int | None) -> str:
+        if status is not None and status < 0:
+            sig = -status
+            if sig == signal.SIGXCPU:
+                return "CPU time limit exceeded"
+            if sig == signal.SIGSEGV:
+                return "memory limit exceeded"
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            return f"runtime error: the script's process was killed by {name}"
+        if status is not None:
+            return f"runtime error: the script's process exited with status {status} before it finished"
+        return "runtime error: the script's process ended before it finished"
+
+
+def wait_readable(fd: int, timeout: float) -> bool:
+    r, _, _ = select.select([fd], [], [], timeout)
+    return bool(r)
