@@ -18,7 +18,7 @@ from ._models import (
     Veto,
     new_call_id,
 )
-from ._native import native_tool, sanitize, tool
+from ._native import execute, native_tool, sanitize, tool, toolkit
 from ._nexus import Nexus
 from ._plugins import ENTRY_POINT_GROUP, PluginFailure, PluginInfo
 from ._registry import ToolRegistrationError
@@ -47,6 +47,7 @@ __all__ = [
     "Veto",
     "WireError",
     "converter",
+    "execute",
     "failure",
     "from_json",
     "hookimpl",
@@ -60,5 +61,6 @@ __all__ = [
     "success",
     "to_json",
     "tool",
+    "toolkit",
     "unstructure",
 ]

@@ -1,46 +1,74 @@
-"""Turning whatever a handler returns into a `ToolResult`, and the `success` / `failure` values."""
+"""Turning whatever a handler returns into a `ToolResult`, and the `success` / `failure` values.
+
+The rules (the same for every tool, native or from a plugin):
+- a string is the output; None is empty output (a tool that only has an effect);
+- a `ToolResult` (from `success` / `failure`) passes through, re-addressed to the call;
+- an attrs instance, dataclass instance, dict, list or tuple becomes JSON text in `output` and
+  the same value, as plain JSON data, in `output_structured`;
+- bytes are decoded as UTF-8; anything else is `str()`-ed.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import attrs
 
-from ._models import ToolCall, ToolResult
+from ._models import ErrorKind, ToolCall, ToolResult
+
+#: the call `success` / `failure` build their values for; the invocation path re-addresses them
+_NO_CALL = ToolCall(name="", id="")
 
 
 def _as_json(value: Any) -> tuple[str, Any]:
-    """(JSON text, plain value) for attrs instances, dicts and lists."""
+    """(JSON text, plain JSON value) for attrs instances, dataclasses, dicts and lists.
+
+    The plain value is read back from the text, so `output_structured` holds exactly what a
+    client reading `output` would get (string keys, lists for tuples, `str()` of the odd value)
+    and can go on the wire (MCP's structuredContent) as it is.
+    """
     from ._converter import unstructure
 
     plain = unstructure(value)
-    return json.dumps(plain, ensure_ascii=False, default=str), plain
+    text = json.dumps(plain, ensure_ascii=False, default=str)
+    return text, json.loads(text)
+
+
+def _is_structured(value: Any) -> bool:
+    return (
+        isinstance(value, (dict, list, tuple))
+        or attrs.has(type(value))
+        or (dataclasses.is_dataclass(value) and not isinstance(value, type))
+    )
 
 
 def success(output: Any = "") -> ToolResult:
-    """A successful result. `output` is normalised as a handler's return value would be."""
-    return attrs.evolve(normalize_result(output, ToolCall(name="", id="")), error=None, error_kind=None)
+    """A successful result. `output` is normalised as a handler's return value would be:
+    `success({"n": 1})` has JSON text in `output` and the dict in `output_structured`."""
+    return attrs.evolve(normalize_result(output, _NO_CALL), error=None, error_kind=None)
 
 
 def failure(output: Any) -> ToolResult:
-    """An expected failure the model should read and act on (e.g. "amount must be positive")."""
-    result = normalize_result(output, ToolCall(name="", id=""))
+    """An expected failure the model should read and act on (`failure("amount must be
+    positive")`): an error result whose `error` and `output` both carry the message."""
+    result = normalize_result(output, _NO_CALL)
     return attrs.evolve(result, error=result.output, error_kind="failure")
 
 
 def normalize_result(value: Any, call: ToolCall) -> ToolResult:
-    """A handler's return value as the result of `call`.
+    """A handler's return value as the result of `call` (see the module docstring for the rules).
 
-    A string is the output; None is empty output; a ToolResult passes through (its id and name set
-    to the call's); an attrs instance, dict or list becomes JSON text in `output` and the value in
-    `output_structured`; bytes are decoded as UTF-8; anything else is `str()`-ed.
+    A ToolResult keeps everything but its id and name, which become the call's; one that
+    carries an error but no `error_kind` gets "failure".
     """
     if isinstance(value, ToolResult):
-        error = value.error
         kind = value.error_kind
-        if error is not None and kind is None:
+        if value.error is not None and kind is None:
             kind = "failure"
+        elif value.error is None:
+            kind = None  # an error kind without an error would say "error" where there is none
         return attrs.evolve(value, id=call.id, name=call.name, error_kind=kind)
     if value is None:
         return ToolResult(id=call.id, name=call.name, output="")
@@ -48,12 +76,12 @@ def normalize_result(value: Any, call: ToolCall) -> ToolResult:
         return ToolResult(id=call.id, name=call.name, output=value)
     if isinstance(value, (bytes, bytearray)):
         return ToolResult(id=call.id, name=call.name, output=bytes(value).decode("utf-8", "replace"))
-    if isinstance(value, (dict, list, tuple)) or attrs.has(type(value)):
+    if _is_structured(value):
         text, plain = _as_json(value)
         return ToolResult(id=call.id, name=call.name, output=text, output_structured=plain)
     return ToolResult(id=call.id, name=call.name, output=str(value))
 
 
-def error_result(call: ToolCall, message: str, kind: Any) -> ToolResult:
+def error_result(call: ToolCall, message: str, kind: ErrorKind) -> ToolResult:
     """An error result for `call`: the message in both `error` and `output`."""
     return ToolResult(id=call.id, name=call.name, output=message, error=message, error_kind=kind)
