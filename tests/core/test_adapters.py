@@ -1,0 +1,445 @@
+"""Adapters: tool declarations, tool calls and tool results in OpenAI, Anthropic, Gemini and MCP
+wire formats, checked against each provider's documented shape (tests/core/data/providers/
+shapes.json) and round-tripped through samples of their real JSON (the other files there)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import jsonschema
+import pytest
+
+from nexus_core import Nexus, ToolCall, ToolResult, failure, native_tool, tool, toolkit
+from nexus_core.adapters import (
+    FORMATS,
+    format_tool_result,
+    gemini_schema,
+    parse_tool_call,
+    parse_tool_calls,
+    to_provider_schemas,
+)
+from nexus_core.cli import main as cli_main
+
+DATA = Path(__file__).parent / "data" / "providers"
+SHAPES: dict[str, Any] = json.loads((DATA / "shapes.json").read_text(encoding="utf-8"))
+
+
+def sample(name: str) -> Any:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+def assert_shape(value: Any, shape: str) -> None:
+    schema = SHAPES[shape]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=str)
+    assert not errors, f"not a valid {shape}: " + "; ".join(
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
+
+
+# -- tools used throughout ------------------------------------------------------------------
+
+
+@tool
+def get_current_weather(location: str, unit: Literal["celsius", "fahrenheit"] = "fahrenheit") -> str:
+    """Get the current weather in a given location.
+
+    Args:
+        location: The city and state, e.g. San Francisco, CA.
+        unit: The temperature unit.
+    """
+    return f"{location}: 22 degrees {unit}, sunny"
+
+
+@attrs.define
+class WeatherData:
+    temperature: float
+    conditions: str
+    humidity: int
+
+
+@tool
+def get_weather_data(location: str) -> WeatherData:
+    """Structured weather data for a location."""
+    return WeatherData(temperature=22.5, conditions="Partly cloudy", humidity=65)
+
+
+@attrs.define
+class Address:
+    street: str
+    zip_code: str | None = None
+
+
+@tool
+def file_report(title: str, tags: list[str], address: Address, scores: dict[str, int] | None = None,
+                level: Literal[1, 2, 3] = 1, note: str | None = None) -> str:
+    """A tool whose schema has every construct the adapters must carry or clean."""
+    return title
+
+
+ping = native_tool("ping", run=lambda args: "pong")  # no description, no parameters
+
+ALL_TOOLS = [get_current_weather, get_weather_data, file_report, ping]
+
+
+@pytest.fixture
+def tk() -> Iterator[Nexus]:
+    with toolkit(ALL_TOOLS) as nx:
+        yield nx
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+def test_openai_schemas_have_the_documented_shape(tk: Nexus) -> None:
+    schemas = tk.schemas("openai")
+    assert [s["function"]["name"] for s in schemas] == ["file_report", "get_current_weather", "get_weather_data", "ping"]
+    for entry in schemas:
+        assert_shape(entry, "openai_tool")
+    weather = next(s for s in schemas if s["function"]["name"] == "get_current_weather")
+    assert weather["function"]["description"] == "Get the current weather in a given location."
+    assert weather["function"]["parameters"]["required"] == ["location"]
+    assert schemas[-1] == {"type": "function",
+                           "function": {"name": "ping", "description": "", "parameters": {"type": "object"}}}
+
+
+def test_anthropic_schemas_have_the_documented_shape(tk: Nexus) -> None:
+    schemas = tk.schemas("anthropic")
+    for entry in schemas:
+        assert_shape(entry, "anthropic_tool")
+    assert schemas[-1] == {"name": "ping", "description": "", "input_schema": {"type": "object"}}
+
+
+def test_gemini_schemas_are_one_tool_with_every_declaration(tk: Nexus) -> None:
+    schemas = tk.schemas("gemini")
+    assert_shape(schemas, "gemini_tools")
+    assert len(schemas) == 1
+    names = [d["name"] for d in schemas[0]["functionDeclarations"]]
+    assert names == ["file_report", "get_current_weather", "get_weather_data", "ping"]
+
+
+def test_gemini_schemas_with_no_tools_are_still_one_element() -> None:
+    with toolkit([]) as nx:
+        assert nx.schemas("gemini") == [{"functionDeclarations": []}]
+    assert to_provider_schemas([], "gemini") == [{"functionDeclarations": []}]
+
+
+def test_gemini_declares_a_tool_without_parameters_without_a_parameters_field(tk: Nexus) -> None:
+    # Gemini answers 400 "properties: should be non-empty for OBJECT type" otherwise
+    ping_decl = next(d for d in tk.schemas("gemini")[0]["functionDeclarations"] if d["name"] == "ping")
+    assert ping_decl == {"name": "ping", "description": ""}
+
+
+def test_gemini_parameters_drop_what_gemini_rejects_recursively(tk: Nexus) -> None:
+    decl = next(d for d in tk.schemas("gemini")[0]["functionDeclarations"] if d["name"] == "file_report")
+    text = json.dumps(decl)
+    assert "additionalProperties" not in text
+    assert "$schema" not in text
+    params = decl["parameters"]
+    assert params["required"] == ["title", "tags", "address"]
+    assert params["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
+    # Optional[attrs class] (anyOf with null) is the class's schema, nullable
+    address = params["properties"]["address"]
+    assert address["type"] == "object" and address["required"] == ["street"]
+    assert address["properties"]["zip_code"] == {"type": "string", "nullable": True, "default": None}
+    # type: ["string", "null"] becomes nullable
+    assert params["properties"]["note"] == {"type": "string", "nullable": True, "default": None}
+    # Gemini's enum takes strings only: an integer enum moves into the description
+    assert params["properties"]["level"] == {"type": "integer", "description": "one of: 1, 2, 3", "default": 1}
+    # dict[str, int] | None: an object (its value schema was additionalProperties), nullable
+    assert params["properties"]["scores"] == {"type": "object", "nullable": True, "default": None}
+
+
+def test_gemini_schema_cleaning_rules() -> None:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:x",
+        "type": "object",
+        "additionalProperties": False,
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"],
+                            "additionalProperties": False}},
+        "properties": {
+            "point": {"$ref": "#/$defs/Point", "description": "Where."},
+            "mode": {"const": "fast"},
+            "kind": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "either": {"type": ["string", "integer"]},
+            "count": {"type": "integer", "exclusiveMinimum": 0, "multipleOf": 2, "minimum": 1, "default": 2},
+            "url": {"type": "string", "format": "uri", "description": "A link"},
+            "when": {"type": "string", "format": "date-time"},
+            "merged": {"allOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                                 {"properties": {"b": {"type": "string"}}}]},
+            "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+            "maybe": {"enum": ["a", "b", None]},
+            "free": {"type": "object", "patternProperties": {"^x": {"type": "string"}},
+                     "unevaluatedProperties": False},
+        },
+        "required": ["point", "ghost"],
+    }
+    out = gemini_schema(schema)
+    assert set(out) == {"type", "properties", "required"}
+    assert out["required"] == ["point"]  # a required key with no property would be rejected
+    props = out["properties"]
+    assert props["point"] == {"type": "object", "description": "Where.", "properties": {"x": {"type": "number"}},
+                              "required": ["x"]}
+    assert props["mode"] == {"type": "string", "enum": ["fast"]}
+    assert props["kind"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    assert props["either"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    assert props["count"] == {"type": "integer", "minimum": 1, "default": 2}
+    assert props["url"] == {"type": "string", "description": "A link (format: uri)"}
+    assert props["when"] == {"type": "string", "format": "date-time"}
+    assert props["merged"] == {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                               "required": ["a"]}
+    assert props["pair"] == {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}
+    assert props["maybe"] == {"type": "string", "enum": ["a", "b"], "nullable": True}
+    assert props["free"] == {"type": "object"}
+    assert_shape([{"functionDeclarations": [{"name": "x", "parameters": out}]}], "gemini_tools")
+
+
+def test_gemini_schema_survives_a_recursive_ref() -> None:
+    schema = {"type": "object", "$defs": {"Node": {"type": "object", "properties": {
+        "value": {"type": "string"}, "child": {"$ref": "#/$defs/Node"}}}},
+        "properties": {"root": {"$ref": "#/$defs/Node"}}}
+    out = gemini_schema(schema)
+    root = out["properties"]["root"]
+    assert root["properties"]["value"] == {"type": "string"}
+    assert root["properties"]["child"] == {"type": "object"}  # cut where it would recurse forever
+
+
+def test_gemini_schema_leaves_the_input_unchanged() -> None:
+    schema = {"type": "object", "additionalProperties": False, "properties": {"a": {"type": ["string", "null"]}}}
+    before = json.dumps(schema, sort_keys=True)
+    gemini_schema(schema)
+    assert json.dumps(schema, sort_keys=True) == before
+
+
+def test_mcp_tools_have_the_documented_shape(tk: Nexus) -> None:
+    tools = tk.schemas("mcp")
+    for entry in tools:
+        assert_shape(entry, "mcp_tool")
+    by_name = {t["name"]: t for t in tools}
+    assert "outputSchema" not in by_name["get_current_weather"]
+    # an attrs return annotation becomes the tool's output schema
+    assert by_name["get_weather_data"]["outputSchema"]["required"] == ["temperature", "conditions", "humidity"]
+    assert by_name["ping"]["inputSchema"] == {"type": "object"}
+
+
+def test_mcp_tools_carry_only_the_annotations_mcp_defines() -> None:
+    t = attrs.evolve(native_tool("reader", "Reads", run=lambda a: ""),
+                     annotations={"readOnlyHint": True, "title": "Reader", "internal": "x"})
+    (entry,) = to_provider_schemas([t], "mcp")
+    assert entry["annotations"] == {"title": "Reader", "readOnlyHint": True}
+    assert_shape(entry, "mcp_tool")
+
+
+def test_declarations_do_not_share_schema_objects_with_the_registry(tk: Nexus) -> None:
+    tk.schemas("openai")[0]["function"]["parameters"]["type"] = "changed"
+    assert tk.tool("file_report").input_schema["type"] == "object"
+
+
+def test_an_unknown_format_is_a_clear_error(tk: Nexus) -> None:
+    with pytest.raises(ValueError, match=r"unknown format 'cohere'.*openai, anthropic, gemini, mcp"):
+        tk.schemas("cohere")
+
+
+def test_nexus_schemas_cli_prints_each_format(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "nexus.yaml"
+    config.write_text("skills: []\nplugins:\n  active: [nexus.tool.todo]\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for fmt in FORMATS:
+        assert cli_main(["--config", str(config), "schemas", "--format", fmt]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        with Nexus.from_config(str(config)) as nx:
+            assert printed == nx.schemas(fmt)
+
+
+# -- tool calls in, results out: the providers' own samples, round-tripped -------------------
+
+
+def test_openai_round_trip() -> None:
+    message = sample("openai_tool_call.json")["choices"][0]["message"]
+    for entry in message["tool_calls"]:
+        assert_shape(entry, "openai_tool_call")
+    calls = parse_tool_calls(message, "openai")
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("call_abc123", "get_current_weather", {"location": "Boston, MA"}),
+        ("call_def456", "get_current_weather", {"location": "Paris, France", "unit": "celsius"}),
+    ]
+    with toolkit([get_current_weather]) as nx:
+        replies = [format_tool_result(nx.invoke(c), "openai") for c in calls]
+    for reply in replies:
+        assert_shape(reply, "openai_tool_message")
+    assert replies == sample("openai_tool_result.json")
+
+
+def test_anthropic_round_trip() -> None:
+    message = sample("anthropic_tool_use.json")
+    calls = parse_tool_calls(message, "anthropic")  # the text block is not a call
+    assert len(calls) == 1
+    assert_shape(message["content"][1], "anthropic_tool_use")
+    assert calls[0].id == "toolu_01A09q90qw90lq917835lq9"
+    assert calls[0].arguments == {"location": "San Francisco, CA", "unit": "celsius"}
+    with toolkit([get_current_weather]) as nx:
+        blocks = [format_tool_result(nx.invoke(c), "anthropic") for c in calls]
+    for block in blocks:
+        assert_shape(block, "anthropic_tool_result")
+    assert {"role": "user", "content": blocks} == sample("anthropic_tool_result.json")
+
+
+def test_gemini_round_trip() -> None:
+    response = sample("gemini_function_call.json")
+    candidate = response["candidates"][0]
+    for part in candidate["content"]["parts"]:
+        assert_shape(part, "gemini_function_call_part")
+    calls = parse_tool_calls(candidate, "gemini")
+    assert [c.arguments["location"] for c in calls] == ["Zurich, Switzerland", "Lisbon, Portugal"]
+    assert calls[0].id == "8f2b1a3c"
+    assert calls[1].id.startswith("call_")  # Gemini gave none: one is made for Nexus
+    with toolkit([get_current_weather]) as nx:
+        parts = [format_tool_result(nx.invoke(c), "gemini", call=c) for c in calls]
+    for part in parts:
+        assert_shape(part, "gemini_function_response_part")
+    # the call that came without an id is answered without one
+    assert {"role": "user", "parts": parts} == sample("gemini_function_response.json")
+
+
+def test_mcp_round_trip() -> None:
+    request = sample("mcp_tools_call.json")
+    assert_shape(request["params"], "mcp_call_tool_params")
+    call = parse_tool_call(request, "mcp")
+    assert (call.id, call.name, call.arguments) == ("2", "get_current_weather", {"location": "New York"})
+    assert parse_tool_call(request["params"], "mcp").arguments == {"location": "New York"}
+    with toolkit([get_current_weather]) as nx:
+        result = format_tool_result(nx.invoke(call), "mcp")
+    assert_shape(result, "mcp_call_tool_result")
+    expected = sample("mcp_call_tool_result.json")
+    assert {"jsonrpc": "2.0", "id": call.metadata["provider_call_id"], "result": result} == expected
+
+
+def test_mcp_structured_content_round_trip() -> None:
+    request = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+               "params": {"name": "get_weather_data", "arguments": {"location": "Los Angeles"}}}
+    call = parse_tool_call(request, "mcp")
+    with toolkit([get_weather_data]) as nx:
+        result = format_tool_result(nx.invoke(call), "mcp")
+    assert_shape(result, "mcp_call_tool_result")
+    assert {"jsonrpc": "2.0", "id": 5, "result": result} == sample("mcp_call_tool_result_structured.json")
+
+
+# -- results, errors included ---------------------------------------------------------------
+
+ERROR = ToolResult(id="toolu_01", name="charge", output="amount must be positive",
+                   error="amount must be positive", error_kind="failure")
+
+
+def test_error_results_in_each_format() -> None:
+    assert format_tool_result(ERROR, "openai") == {"role": "tool", "tool_call_id": "toolu_01",
+                                                   "content": "amount must be positive"}
+    assert format_tool_result(ERROR, "anthropic") == {"type": "tool_result", "tool_use_id": "toolu_01",
+                                                      "content": "amount must be positive", "is_error": True}
+    assert format_tool_result(ERROR, "gemini") == {"functionResponse": {
+        "id": "toolu_01", "name": "charge", "response": {"error": "amount must be positive"}}}
+    mcp = format_tool_result(ERROR, "mcp")
+    assert mcp == {"content": [{"type": "text", "text": "amount must be positive"}], "isError": True}
+    assert_shape(mcp, "mcp_call_tool_result")
+
+
+def test_an_unknown_tool_from_a_provider_call_is_an_error_result_for_the_model() -> None:
+    call = parse_tool_call({"type": "tool_use", "id": "toolu_9", "name": "nosuch", "input": {}}, "anthropic")
+    with toolkit([get_current_weather]) as nx:
+        block = format_tool_result(nx.invoke(call), "anthropic")
+    assert block["is_error"] is True and "unknown tool" in block["content"]
+    assert block["tool_use_id"] == "toolu_9"
+
+
+def test_structured_output_goes_to_gemini_as_the_value_and_to_mcp_only_when_an_object() -> None:
+    listing = ToolResult(id="c1", name="ls", output='["a", "b"]', output_structured=["a", "b"])
+    assert format_tool_result(listing, "gemini")["functionResponse"]["response"] == {"output": ["a", "b"]}
+    mcp = format_tool_result(listing, "mcp")
+    assert "structuredContent" not in mcp  # MCP's structuredContent must be an object
+    assert mcp["content"] == [{"type": "text", "text": '["a", "b"]'}]
+
+
+def test_a_failure_value_reaches_each_format_as_an_error() -> None:
+    charge = native_tool("charge", run=lambda a: failure("amount must be positive"))
+    with toolkit([charge]) as nx:
+        result = nx.invoke(ToolCall(name="charge", id="toolu_01"))
+    assert format_tool_result(result, "anthropic")["is_error"] is True
+    assert format_tool_result(result, "mcp")["isError"] is True
+
+
+def test_format_tool_result_wants_a_tool_result() -> None:
+    with pytest.raises(TypeError, match="ToolResult"):
+        format_tool_result({"output": "x"}, "openai")  # type: ignore[arg-type]
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("block", "format", "message"),
+    [
+        ({"id": "call_1", "type": "function"}, "openai", "OpenAI tool call 'call_1': missing field 'function'"),
+        ({"type": "function", "function": {"name": "x", "arguments": "{}"}}, "openai", "missing field 'id'"),
+        ({"id": "call_1", "type": "function", "function": {"arguments": "{}"}}, "openai",
+         "OpenAI tool call 'call_1': missing field 'function.name'"),
+        ({"id": "call_1", "type": "function", "function": {"name": "x", "arguments": "{not json"}}, "openai",
+         "field 'function.arguments' is not valid JSON"),
+        ({"id": "call_1", "type": "function", "function": {"name": "x", "arguments": "[1, 2]"}}, "openai",
+         "field 'function.arguments' must be a JSON object, got list"),
+        ({"id": "call_1", "type": "custom", "custom": {"name": "x", "input": "y"}}, "openai",
+         "field 'type' is 'custom'; only 'function' calls are supported"),
+        ({"type": "tool_use", "name": "x", "input": {}}, "anthropic", "missing field 'id'"),
+        ({"type": "tool_use", "id": "toolu_1", "input": {}}, "anthropic", "missing field 'name'"),
+        ({"type": "tool_use", "id": "toolu_1", "name": "x", "input": "a=1"}, "anthropic",
+         "field 'input' must be a JSON object, got str"),
+        ({"type": "text", "text": "hi"}, "anthropic", "field 'type' is 'text', not 'tool_use'"),
+        ({"functionCall": {"args": {}}}, "gemini", "missing field 'name'"),
+        ({"functionCall": {"name": "x", "args": [1]}}, "gemini", "field 'args' must be a JSON object"),
+        ({"functionCall": "x"}, "gemini", "Gemini part: field 'functionCall' must be a JSON object, got str"),
+        ({"arguments": {}}, "mcp", "missing field 'name'"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, "mcp", "field 'method' is 'tools/list', not 'tools/call'"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}, "mcp", "missing field 'params'"),
+        ({"name": "x", "arguments": "{}"}, "mcp", "field 'arguments' must be a JSON object, got str"),
+        (["not", "an", "object"], "anthropic", "expected a JSON object, got list"),
+    ],
+)
+def test_bad_tool_calls_raise_a_value_error_naming_the_field(block: Any, format: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_tool_call(block, format)
+    assert message in str(info.value)
+
+
+def test_mcp_arguments_are_strict_json_objects_but_openai_arguments_are_json_text() -> None:
+    # OpenAI sends arguments as JSON text; an object is accepted too (some compatible servers)
+    call = parse_tool_call({"id": "c", "type": "function", "function": {"name": "x", "arguments": {"a": 1}}}, "openai")
+    assert call.arguments == {"a": 1}
+    # a call without arguments
+    assert parse_tool_call({"name": "x"}, "mcp").arguments == {}
+    assert parse_tool_call({"functionCall": {"name": "x"}}, "gemini").arguments == {}
+    empty = parse_tool_call({"id": "c", "type": "function", "function": {"name": "x", "arguments": ""}}, "openai")
+    assert empty.arguments == {}
+
+
+def test_parse_tool_calls_of_replies_without_calls() -> None:
+    assert parse_tool_calls({"role": "assistant", "content": "Hello"}, "openai") == []
+    assert parse_tool_calls({"role": "assistant", "content": "Hello", "tool_calls": None}, "openai") == []
+    assert parse_tool_calls({"role": "assistant", "content": "Hello"}, "anthropic") == []
+    assert parse_tool_calls({"role": "model", "parts": [{"text": "Hello"}]}, "gemini") == []
+    with pytest.raises(ValueError, match="field 'tool_calls' must be a list"):
+        parse_tool_calls({"tool_calls": {"id": "x"}}, "openai")
+
+
+def test_parsed_calls_remember_the_provider() -> None:
+    call = parse_tool_call({"type": "tool_use", "id": "toolu_1", "name": "x", "input": {}}, "anthropic")
+    assert call.metadata == {"provider": "anthropic", "provider_call_id": "toolu_1"}
+
+
+def test_an_unknown_format_for_calls_and_results() -> None:
+    with pytest.raises(ValueError, match="unknown format"):
+        parse_tool_call({}, "cohere")
+    with pytest.raises(ValueError, match="unknown format"):
+        format_tool_result(ERROR, "cohere")
