@@ -12,7 +12,7 @@ from typing import Any
 
 from nexus_core import Nexus, hookimpl
 
-from ._engine import CodeExec
+from ._engine import LAYERS, CodeExec
 
 PLUGIN_ID = "nexus.tool.code_exec"
 
@@ -24,7 +24,6 @@ DEFAULT_ALLOWED_PACKAGES = [
     "string", "textwrap", "time", "typing", "unicodedata", "zlib",
 ]
 
-LAYERS = ["rlimits", "net", "fs", "seccomp"]
 
 
 def config_schema() -> dict[str, Any]:
@@ -49,7 +48,7 @@ def config_schema() -> dict[str, Any]:
                           "description": "address-space limit of the script's process"},
             "cpu_seconds": {"type": ["integer", "null"], "minimum": 1, "default": None,
                             "description": "CPU-time limit (default: timeout_seconds)"},
-            "require": {"type": "array", "items": {"enum": LAYERS}, "default": [],
+            "require": {"type": "array", "items": {"enum": list(LAYERS)}, "default": [],
                         "description": "sandbox layers without which run_code refuses to run"},
             "launcher": {"enum": ["auto", "zygote", "spawn"], "default": "auto",
                          "description": "fork children from a warm zygote, or spawn fresh interpreters"},

@@ -289,6 +289,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+#: bindings the zygote compiled ahead of the fork, by key
+PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
+
+
+def compile_bindings(source: str) -> types.ModuleType:
+    """The `tools` module built from its generated source."""
+    sys.modules["_nexus_rt"] = sys.modules[__name__]
+    tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
+    tools.__file__ = "tools.py"
+    exec(compile(source, "tools.py", "exec"), tools.__dict__)
+    return tools
+
+
 def install_modules(start: dict[str, Any]) -> None:
     """Put `_nexus_rt`, `tools`, `parallel` and `skills.<name>` in sys.modules."""
     from . import _parallel
@@ -296,10 +309,8 @@ def install_modules(start: dict[str, Any]) -> None:
     sys.modules["_nexus_rt"] = sys.modules[__name__]
     _parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
     sys.modules["parallel"] = _parallel
-    tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
-    tools.__file__ = "tools.py"
-    exec(compile(start["bindings"], "tools.py", "exec"), tools.__dict__)
-    sys.modules["tools"] = tools
+    tools = PRELOADED_BINDINGS.get(start.get("bindings_key") or "")
+    sys.modules["tools"] = tools if tools is not None else compile_bindings(start["bindings"])
     skills_pkg = types.ModuleType("skills", "Helpers of the active skills.")
     skills_pkg.__path__ = []
     sys.modules["skills"] = skills_pkg

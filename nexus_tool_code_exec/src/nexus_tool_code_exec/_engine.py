@@ -3,6 +3,7 @@ handler, persistence and the code.exec events."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -10,6 +11,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from nexus_core import (
     CallContext,
@@ -27,6 +30,34 @@ from ._bindings import Bindings, generate
 from ._check import ScriptRejected, check_script, skill_module_name
 from ._launch import Launcher, SpawnLauncher
 from ._runner import Outcome, ScriptRun, Settings
+from ._zygote import ZygoteLauncher
+
+#: the sandbox layers run_code knows, as `require:` names them
+LAYERS = ("rlimits", "net", "fs", "seccomp")
+
+
+@attrs.frozen
+class _Unavailable:
+    name: str
+    detail: str
+    active: bool = False
+
+
+def _layer_statuses() -> dict[str, Any]:
+    try:
+        from . import sandbox
+    except ImportError as exc:
+        return {name: _Unavailable(name, f"the sandbox module is missing ({exc})") for name in LAYERS}
+    return sandbox.probe()
+
+
+@functools.cache
+def _read_paths() -> tuple[str, ...]:
+    try:
+        from .sandbox import runtime_read_paths
+    except ImportError:
+        return ()
+    return tuple(runtime_read_paths())
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -93,6 +124,7 @@ class CodeExec:
         self._lock = threading.Lock()
         self._bindings: tuple[Any, Bindings] | None = None
         self._launcher: Launcher | None = None
+        self.launcher_note = "not started yet"
         self._closed = False
 
     # -- the tool ---------------------------------------------------------------------------
@@ -174,16 +206,46 @@ class CodeExec:
     # -- running ----------------------------------------------------------------------------
 
     def launcher(self) -> Launcher:
+        """The zygote launcher, started on first use; a fresh-interpreter launcher where a
+        zygote cannot run (the reason is kept for `nexus doctor`)."""
         with self._lock:
             if self._launcher is None:
-                self._launcher = SpawnLauncher()
+                mode = self.config["launcher"]
+                if mode == "spawn":
+                    self._launcher = SpawnLauncher()
+                    self.launcher_note = "fresh interpreter per script (launcher: spawn in config)"
+                else:
+                    zygote = ZygoteLauncher(self.config["allowed_packages"])
+                    try:
+                        zygote.start()
+                        self._launcher = zygote
+                        self.launcher_note = f"warm zygote (pid {zygote.pid}) forks each script"
+                    except Exception as exc:
+                        if mode == "zygote":
+                            raise
+                        self._launcher = SpawnLauncher()
+                        self.launcher_note = f"fresh interpreter per script: the zygote could not start ({exc})"
             return self._launcher
 
+    def layer_statuses(self) -> dict[str, Any]:
+        """Each sandbox layer, probed once per process: active, or unavailable and why."""
+        return _layer_statuses()
+
+    def active_layers(self) -> list[str]:
+        return sorted(name for name, status in self.layer_statuses().items() if status.active)
+
+    def missing_required(self) -> list[str]:
+        statuses = self.layer_statuses()
+        return [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
+                for name in self.config["require"] if name not in statuses or not statuses[name].active]
+
     def policy(self, scratch: str) -> dict[str, Any]:
+        cpu = self.config["cpu_seconds"] or max(1, int(self.settings.timeout_seconds))
         return {
             "scratch": scratch,
-            "layers": [],
-            "limits": {},
+            "layers": self.active_layers(),
+            "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},
+            "read_paths": list(_read_paths()),
         }
 
     def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
@@ -198,7 +260,17 @@ class CodeExec:
             self._persist(call_id, script, outcome)
             return self._result(outcome)
 
+        missing = self.missing_required()
+        if missing:
+            outcome = Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
+            self._persist(call_id, script, outcome)
+            return self._result(outcome)
+
         bindings = self.bindings()
+        launcher = self.launcher()
+        bindings_key = f"{id(self)}:{self.nexus.tools_version}"
+        if isinstance(launcher, ZygoteLauncher):
+            launcher.preload(bindings_key, bindings.source)
         session = self._session_dir(call_id)
         self.nexus.hook.nexus_code_exec_request(
             request=CodeExecRequest(call_id=call_id, script=script, session_dir=str(session) if session else None)
@@ -211,13 +283,14 @@ class CodeExec:
                 "call_id": call_id,
                 "script": script,
                 "bindings": bindings.source,
+                "bindings_key": bindings_key,
                 "skills": skills,
                 "max_workers": self.settings.max_workers,
                 "max_output_bytes": self.settings.max_output_bytes,
                 "max_result_bytes": self.settings.max_result_bytes,
                 "timeout": self.settings.timeout_seconds,
             }
-            outcome = run.run(self.launcher(), self.policy(scratch), start)
+            outcome = run.run(launcher, self.policy(scratch), start)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         self._persist(call_id, script, outcome)

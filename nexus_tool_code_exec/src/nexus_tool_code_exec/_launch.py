@@ -9,6 +9,7 @@ Both isolate the child the same way, through `enter_sandbox`, before the script'
 
 from __future__ import annotations
 
+import heapq
 import os
 import signal
 import subprocess
@@ -32,10 +33,14 @@ class Child:
     rfd: int  # the host reads the child's messages here
     wfd: int  # the host writes to the child here
     _waiter: Any = attrs.field(default=None, repr=False)  # returns the exit status, or None
+    _killer: Any = attrs.field(default=None, repr=False)  # kills the process group, if not ours
     _closed: bool = False
 
     def kill(self) -> None:
         """Kill the child's whole process group (it may have started nothing, but if it did)."""
+        if self._killer is not None:
+            self._killer()
+            return
         for target in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
             try:
                 target()
@@ -120,23 +125,64 @@ class SpawnLauncher:
         pass
 
 
+class _Deadlines:
+    """One timer thread for every watchdog, instead of a thread per script."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Watchdog]] = []
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, deadline: float, dog: Watchdog) -> None:
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline, self._seq, dog))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, daemon=True, name="run_code-deadlines")
+                self._thread.start()
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][2].cancelled:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait(60)
+                    if not self._heap:
+                        self._thread = None
+                        return
+                    continue
+                deadline, _, dog = self._heap[0]
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+            dog.fire()
+
+
+_deadlines = _Deadlines()
+
+
 class Watchdog:
-    """Kills a child at its deadline, from a timer thread, whatever the runner is doing."""
+    """Kills a child at its deadline, whatever the runner is doing at the time."""
 
     def __init__(self, child: Child, seconds: float) -> None:
         self.fired = False
+        self.cancelled = False
         self._child = child
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self.started = time.monotonic()
+        self._seconds = seconds
 
-    def _fire(self) -> None:
-        self.fired = True
-        self._child.kill()
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.fired = True
+            self._child.kill()
 
     def start(self) -> Watchdog:
-        self._timer.start()
+        _deadlines.add(time.monotonic() + self._seconds, self)
         return self
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        self.cancelled = True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import threading
 import time
@@ -192,10 +191,11 @@ class ScriptRun:
             final, violation = self._read_loop(child)
         finally:
             watchdog.cancel()
-            if final is None or violation:
+            status: int | None = None
+            if final is not None and final.get("t") == "done" and not violation:
+                # it finished: it is exiting by itself; make sure of it without waiting
                 child.kill()
-            status = child.wait(timeout=5.0)
-            if status is None:
+            else:
                 child.kill()
                 status = child.wait(timeout=5.0)
             if self._pool is not None:
@@ -286,6 +286,3 @@ class ScriptRun:
         return "runtime error: the script's process ended before it finished"
 
 
-def wait_readable(fd: int, timeout: float) -> bool:
-    r, _, _ = select.select([fd], [], [], timeout)
-    return bool(r)
