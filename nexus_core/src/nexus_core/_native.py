@@ -14,8 +14,10 @@ import functools
 import inspect
 import json
 import re
+import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -134,25 +136,26 @@ def _admits_null(schema: dict[str, Any]) -> bool:
     return any(_admits_null(s) for s in schema.get("anyOf", ()) if isinstance(s, dict))
 
 
-def schema_for_type(tp: Any, _seen: tuple[type, ...] = ()) -> dict[str, Any]:
+def schema_for_type(tp: Any, _seen: tuple[type, ...] = (), localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON Schema of a Python type hint: str, int, float, bool, None, list/tuple/set[...],
     dict[str, ...], Optional / unions, Literal, Enum, attrs classes, Annotated[T, "description"]
-    and Any. Raises TypeError for a type it cannot describe."""
+    and Any. Raises TypeError for a type it cannot describe. `localns` resolves string hints of
+    attrs classes defined inside a function."""
     tp, text = _strip_annotated(tp)
-    schema = _schema_for(tp, _seen)
+    schema = _schema_for(tp, _seen, localns)
     if text:
         schema = {**schema, "description": text}
     return schema
 
 
-def _schema_for(tp: Any, seen: tuple[type, ...]) -> dict[str, Any]:
+def _schema_for(tp: Any, seen: tuple[type, ...], localns: Mapping[str, Any] | None) -> dict[str, Any]:
     if tp is Any or tp is inspect.Parameter.empty or tp is object:
         return {}
     if tp is None or tp is _NONE:
         return {"type": "null"}
     optional, inner = _split_optional(tp)
     if optional:
-        return _nullable(schema_for_type(inner, seen))
+        return _nullable(schema_for_type(inner, seen, localns))
     if tp in _PRIMITIVES:
         return {"type": _PRIMITIVES[tp]}
     origin = typing.get_origin(tp)
@@ -165,7 +168,7 @@ def _schema_for(tp: Any, seen: tuple[type, ...]) -> dict[str, Any]:
             schema["type"] = kind
         return schema
     if origin in (Union, types.UnionType):
-        return {"anyOf": [schema_for_type(a, seen) for a in args]}
+        return {"anyOf": [schema_for_type(a, seen, localns) for a in args]}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         values = [m.value for m in tp]
         schema = {"enum": values}
@@ -183,40 +186,56 @@ def _schema_for(tp: Any, seen: tuple[type, ...]) -> dict[str, Any]:
             if args[0] is not str and _strip_annotated(args[0])[0] is not str:
                 raise TypeError(f"cannot describe {tp!r} as JSON Schema: JSON object keys are strings")
             if args[1] is not Any:
-                schema["additionalProperties"] = schema_for_type(args[1], seen)
+                schema["additionalProperties"] = schema_for_type(args[1], seen, localns)
         return schema
     if origin is tuple or tp is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": schema_for_type(args[0], seen)}
+            return {"type": "array", "items": schema_for_type(args[0], seen, localns)}
         if args and args != ((),):
-            items = [schema_for_type(a, seen) for a in args]
+            items = [schema_for_type(a, seen, localns) for a in args]
             return {"type": "array", "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
         return {"type": "array"}
     if tp in _SEQUENCES or origin in _SEQUENCES:
+        # a set is a plain array: it absorbs duplicates, so refusing them would only cost a retry
         schema = {"type": "array"}
         if args:
-            schema["items"] = schema_for_type(args[0], seen)
-        if tp in (set, frozenset) or origin in (set, frozenset, collections.abc.Set, collections.abc.MutableSet):
-            schema["uniqueItems"] = True
+            schema["items"] = schema_for_type(args[0], seen, localns)
         return schema
     if isinstance(tp, type) and attrs.has(tp):
         if tp in seen:
             raise TypeError(f"cannot describe {tp.__qualname__} as JSON Schema: it contains itself")
-        return _attrs_schema(tp, (*seen, tp))
+        return _attrs_schema(tp, (*seen, tp), localns)
     raise TypeError(f"cannot describe type {tp!r} as JSON Schema")
 
 
-def _attrs_schema(cls: type, seen: tuple[type, ...]) -> dict[str, Any]:
+_ATTRS_HINTS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _attrs_hints(cls: type, localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The resolved field hints of an attrs class, cached: schema inference resolves them (with
+    the defining scope's names when the class is local) and argument rebuilding reuses them."""
+    hints = _ATTRS_HINTS.get(cls)
+    if hints is None:
+        names = {**(localns or {}), cls.__name__: cls}  # a class may name itself
+        try:
+            hints = typing.get_type_hints(cls, localns=names, include_extras=True)
+        except NameError as exc:
+            raise TypeError(f"cannot resolve the type hints of {cls.__qualname__}: {exc}") from None
+        _ATTRS_HINTS[cls] = hints
+    return hints
+
+
+def _attrs_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An object schema from an attrs class: one property per init field (by its alias), required
     unless it has a default; a field's `metadata={"description": ...}` becomes its description."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _attrs_hints(cls, localns)
     props: dict[str, Any] = {}
     required: list[str] = []
     for field in attrs.fields(cls):
         if not field.init:
             continue
         key = field.alias or field.name
-        sub = schema_for_type(hints.get(field.name, field.type or Any), seen)
+        sub = schema_for_type(hints.get(field.name, field.type or Any), seen, localns)
         note = field.metadata.get("description")
         if isinstance(note, str):
             sub = {**sub, "description": note}
@@ -367,7 +386,16 @@ def _context_param(sig: inspect.Signature, hints: dict[str, Any], ctx: bool | No
     return None
 
 
-def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
+def _caller_locals() -> dict[str, Any]:
+    """The local names of the code that applied `@tool` (the first frame outside nexus_core),
+    so that string annotations naming classes defined in a function resolve."""
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "nexus_core":
+        frame = frame.f_back  # type: ignore[assignment]
+    return dict(frame.f_locals) if frame is not None else {}
+
+
+def _type_hints(func: Callable[..., Any], localns: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved type hints of a function, a `functools.partial` or a callable object."""
     candidates = (func, getattr(func, "func", None), getattr(type(func), "__call__", None))
     for candidate in candidates:
@@ -375,6 +403,9 @@ def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
             continue
         try:
             return typing.get_type_hints(candidate, include_extras=True)
+        except NameError:
+            # a name local to the defining function: resolve with that function's locals
+            return typing.get_type_hints(candidate, localns=dict(localns), include_extras=True)
         except TypeError:
             continue  # not a function: try what it wraps
     return {}
@@ -413,9 +444,10 @@ def tool(
         where = getattr(func, "__qualname__", None) or repr(func)
         if not callable(func):
             raise TypeError(f"@tool needs a function, got {type(func).__name__}")
+        localns = _caller_locals()
         try:
             sig = inspect.signature(func)
-            hints = _type_hints(func)
+            hints = _type_hints(func, localns)
         except (NameError, TypeError, ValueError) as exc:
             raise TypeError(f"@tool {where}: cannot read its signature or type hints: {exc}") from None
         doc_desc, doc_params = parse_docstring(inspect.getdoc(func))
@@ -431,7 +463,7 @@ def tool(
                 continue
             hint = hints.get(pname, Any)
             try:
-                schema = dict(schema_for_type(hint))
+                schema = dict(schema_for_type(hint, localns=localns))
             except TypeError as exc:
                 raise TypeError(f"@tool {where}: parameter {pname!r}: {exc}") from None
             if pname in doc_params and doc_params[pname] and "description" not in schema:
@@ -456,7 +488,7 @@ def tool(
         if out_schema is None:
             returns, _ = _strip_annotated(hints.get("return", Any))
             if isinstance(returns, type) and attrs.has(returns):
-                out_schema = schema_for_type(returns)
+                out_schema = schema_for_type(returns, localns=localns)
 
         def handler(arguments: Mapping[str, Any], ctx: CallContext | None = None) -> Any:
             values = {k: (_rebuild(v, rebuild[k], k) if k in rebuild else v) for k, v in arguments.items()}
@@ -551,7 +583,7 @@ def _rebuild(value: Any, hint: Any, path: str) -> Any:
     if isinstance(hint, type) and attrs.has(hint):
         if not isinstance(value, dict):
             raise ValueError(f"argument {path}: expected an object for {hint.__name__}, got {type(value).__name__}")
-        field_hints = typing.get_type_hints(hint, include_extras=True)
+        field_hints = _attrs_hints(hint)
         by_key = {(f.alias or f.name): f for f in attrs.fields(hint) if f.init}
         unknown = sorted(set(value) - set(by_key))
         if unknown:
