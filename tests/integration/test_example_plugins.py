@@ -92,3 +92,22 @@ def test_the_example_plugins_own_tests_pass_on_the_shipped_fixtures(tmp_path: Pa
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout
+
+
+def test_the_demo_runs_on_the_installed_defaults() -> None:
+    """`./scripts/demo` is what a newcomer runs first. With the repo's four packages installed (as
+    scripts/setup does) every step must do real work: the gate refuses, the audit observer reports,
+    errors explain themselves, and run_code's inner calls go through the host's gate."""
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "demo.py")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "skipped" not in out, out
+    assert "| hello from Linux" in out
+    assert "|      1\tbuy milk" in out
+    assert "| vetoed: deleting files is not allowed in this demo" in out
+    assert "| invalid arguments for read: file: unknown key; path: required, but missing" in out
+    assert "[audit] fly: error (unknown_tool)" in out and "| unknown tool: 'fly'" in out
+    assert "[audit] shell (inside call_" in out  # run_code's inner call, seen by the host's plugins
+    assert "the host's gate said no: shell: vetoed" in out
+    assert '"result": {"total_words": 9}' in out
