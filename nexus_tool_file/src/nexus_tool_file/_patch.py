@@ -47,13 +47,34 @@ class PatchError(FileToolError):
 
 @dataclass
 class Hunk:
-    """One `@@` section of an Update File: `old` lines (context and `-`) become `new` lines
-    (context and `+`), found after the `anchor` line when one is given."""
+    """One `@@` section of an Update File, found after the `anchor` line when one is given.
+
+    `body` holds its lines as (mark, text), mark being " " (context), "-" or "+".
+    """
 
     anchor: str | None
-    old: list[str] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
+    body: list[tuple[str, str]] = field(default_factory=list)
     at_end_of_file: bool = False
+
+    @property
+    def old(self) -> list[str]:
+        """The lines the hunk expects in the file: context and removed lines."""
+        return [text for mark, text in self.body if mark != "+"]
+
+    def replacement(self, found: Sequence[str]) -> list[str]:
+        """The lines that take the place of `found` (the file's lines that matched `old`).
+        Context lines are kept as the file has them, so a match that forgave whitespace does
+        not rewrite the whitespace."""
+        kept = iter(found)
+        out = []
+        for mark, text in self.body:
+            if mark == "+":
+                out.append(text)
+            else:
+                line = next(kept)
+                if mark == " ":
+                    out.append(line)
+        return out
 
 
 @dataclass
@@ -140,19 +161,13 @@ def _parse_hunks(lines: list[str], i: int, end: int, op: FileOp) -> int:
                 i += 1
                 break
             if line == "":
-                hunk.old.append("")
-                hunk.new.append("")
-            elif line[0] == " ":
-                hunk.old.append(line[1:])
-                hunk.new.append(line[1:])
-            elif line[0] == "-":
-                hunk.old.append(line[1:])
-            elif line[0] == "+":
-                hunk.new.append(line[1:])
+                hunk.body.append((" ", ""))
+            elif line[0] in " -+":
+                hunk.body.append((line[0], line[1:]))
             else:
                 break
             i += 1
-        if i == start or not (hunk.old or hunk.new):
+        if i == start or not hunk.body:
             raise PatchError(f"patch line {hunk_line}: hunk {len(op.hunks) + 1} of {op.path} has no lines; "
                              "each line of a hunk starts with ' ' (context), '-' (remove) or '+' (add)")
         op.hunks.append(hunk)
@@ -201,21 +216,21 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
                                  f"was not found{f' after line {position}' if position else ''}")
             position = found + 1
         if not hunk.old:  # only additions: after the anchor, or at the end of the file
-            edits.append((position if hunk.anchor is not None else len(lines), 0, hunk.new))
+            edits.append((position if hunk.anchor is not None else len(lines), 0, hunk.replacement([])))
             continue
-        old, new = hunk.old, hunk.new
-        found = _seek(lines, old, position, hunk.at_end_of_file)
-        if found is None and old[-1] == "":
+        found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
+        if found is None and hunk.body[-1] == (" ", "") and len(hunk.old) > 1:
             # A trailing empty context line is often the patch's own final newline.
-            old, new = old[:-1], new[:-1] if new and new[-1] == "" else new
-            found = _seek(lines, old, position, hunk.at_end_of_file) if old else None
+            hunk = Hunk(hunk.anchor, hunk.body[:-1], hunk.at_end_of_file)
+            found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
         if found is None:
             expected = "\n".join(f"  {line}" for line in hunk.old)
             raise PatchError(f"{shown}: hunk {number} does not apply: these lines were not found"
                              f"{f' after line {position}' if position else ''}:\n{expected}\n"
                              "Read the file again and make the context and '-' lines match it exactly.")
-        edits.append((found, len(old), new))
-        position = found + len(old)
+        count = len(hunk.old)
+        edits.append((found, count, hunk.replacement(lines[found:found + count])))
+        position = found + count
     for at, count, new in reversed(edits):
         lines[at:at + count] = new
     return eol.join(lines) + (eol if ends_with_eol and lines else "")
@@ -303,9 +318,10 @@ def commit(done_plan: Plan) -> None:
         for path, (data, mode) in done_plan.writes.items():
             created.extend(make_parents(path))
             staged[path] = stage(path, data, mode)
-    except OSError as exc:
+    except (OSError, FileToolError) as exc:
         _undo(staged, created)
-        raise PatchError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
+        why = f"cannot write {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        raise PatchError(f"{why}; nothing was changed") from None
 
     finished: list[Path] = []
     try:
