@@ -23,7 +23,21 @@ from ._nexus import Nexus
 from ._plugins import ENTRY_POINT_GROUP, PluginFailure, PluginInfo
 from ._registry import ToolRegistrationError
 from ._results import failure, normalize_result, success
+from .adapters import format_tool_result, parse_tool_call, parse_tool_calls
 from .hookspecs import hookimpl, hookspec
+from .skills import (
+    SkillError,
+    SkillProblem,
+    SkillSet,
+    UnknownSkillError,
+    activate_skill,
+    active_skills,
+    deactivate_skill,
+    list_skills,
+    skill_problems,
+    skill_set,
+    skills_prompt,
+)
 
 __version__ = "0.1.0"
 
@@ -40,23 +54,37 @@ __all__ = [
     "PluginInfo",
     "Rewrite",
     "SkillContent",
+    "SkillError",
+    "SkillProblem",
+    "SkillSet",
     "ToolCall",
     "ToolDef",
     "ToolRegistrationError",
     "ToolResult",
+    "UnknownSkillError",
     "Veto",
     "WireError",
+    "activate_skill",
+    "active_skills",
     "converter",
+    "deactivate_skill",
     "execute",
     "failure",
+    "format_tool_result",
     "from_json",
     "hookimpl",
     "hookspec",
+    "list_skills",
     "load_config",
     "native_tool",
     "new_call_id",
     "normalize_result",
+    "parse_tool_call",
+    "parse_tool_calls",
     "sanitize",
+    "skill_problems",
+    "skill_set",
+    "skills_prompt",
     "structure",
     "success",
     "to_json",

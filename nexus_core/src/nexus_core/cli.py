@@ -117,11 +117,34 @@ def cmd_schemas(nx: Nexus, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_skills(nx: Nexus, args: argparse.Namespace) -> int:
+    from .skills import skill_set
+
+    skills = skill_set(nx)
+    found, problems = skills.all(), skills.problems
+    for problem in problems:
+        print(f"nexus: broken skill: {problem}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"skills": [{"name": s.name, "description": s.description, "path": s.path}
+                                     for s in found],
+                          "problems": unstructure(problems)}, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if not found:
+        folders = ", ".join(str(f) for f in skills.folders) or "(none configured)"
+        print(f"no skills found in: {folders}")
+        return EXIT_OK
+    width = max(len(s.name) for s in found)
+    for s in found:
+        print(f"{s.name:<{width}}  {_first_line(s.description)}  ({s.path})")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[Nexus, argparse.Namespace], int]] = {
     "tools": cmd_tools,
     "call": cmd_call,
     "plugins": cmd_plugins,
     "schemas": cmd_schemas,
+    "skills": cmd_skills,
 }
 
 
@@ -146,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schemas", help="print the tool schemas in a provider's format")
     p.add_argument("--format", default="openai", choices=FORMATS)
+
+    p = sub.add_parser("skills", help="list the skills found (name, description, folder); broken ones on stderr")
+    p.add_argument("--json", action="store_true", help="print skills and problems as JSON")
     return parser
 
 

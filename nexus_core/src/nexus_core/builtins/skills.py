@@ -1,1 +1,63 @@
-"""Core built-in plugin `nexus.skills` (filled in by its issue)."""
+"""Core built-in plugin `nexus.skills`: the `skill` tool, which loads a SKILL.md skill by name.
+
+The skills themselves (discovery, activation, the prompt) live in `nexus_core.skills`; this
+plugin only offers them to the model. The tool's description lists the skills found when the
+Nexus started, so a host that sends only tool schemas still tells the model what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._models import ToolResult
+from .._native import native_tool
+from .._results import failure
+from ..hookspecs import hookimpl
+from ..skills import SkillError, UnknownSkillError, format_skill, skill_set
+
+if TYPE_CHECKING:
+    from .._nexus import Nexus
+
+NEXUS_PLUGIN_ID = "nexus.skills"
+
+SKILL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "description": "The name of the skill to load."}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+def _description(nexus: Nexus) -> str:
+    skills = skill_set(nexus).all()
+    text = ("Load a skill: specialised instructions (and the files that go with them) for a kind "
+            "of task. Call it with the skill's name when a task matches a skill's description, "
+            "before starting the task; the instructions come back as the result.")
+    if not skills:
+        return text + "\nNo skills are installed."
+    listing = "\n".join(f"- {s.name}: {s.description}" if s.description else f"- {s.name}" for s in skills)
+    return f"{text}\nAvailable skills:\n{listing}"
+
+
+def make_skill_tool(nexus: Nexus) -> Any:
+    """The `skill` tool of one Nexus (each Nexus has its own skills)."""
+
+    def run(arguments: dict[str, Any]) -> ToolResult:
+        name = arguments["name"]
+        try:
+            skill = skill_set(nexus).activate(name)
+        except UnknownSkillError as exc:
+            return failure(str(exc.args[0]))
+        except SkillError as exc:
+            return failure(f"skill {name!r} cannot be loaded: {exc}")
+        structured = {"name": skill.name, "description": skill.description, "path": skill.path,
+                      "body": skill.body, "resources": list(skill.resources)}
+        return ToolResult(id="", name="", output=format_skill(skill), output_structured=structured)
+
+    return native_tool("skill", _description(nexus), SKILL_SCHEMA, run=run)
+
+
+@hookimpl
+def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    register(make_skill_tool(nexus))
