@@ -1,1 +1,82 @@
-"""Core built-in plugin `nexus.tool.question` (filled in by its issue)."""
+"""Core built-in plugin `nexus.tool.question`: the `question` tool, with which the model asks the
+user something.
+
+Who answers, in order: an answer the host passed for this call (`nx.invoke(..., answer=...)`,
+which the tool reads as `CallContext.answer`), then the first plugin whose
+`nexus_question_answer(question, options, call)` returns one. With no answer the result is
+*pending*, not an error: it says what was asked, with `metadata["pending"]` true and
+`output_structured["status"] == "pending"`, so an agent loop can ask the user and invoke the
+call again with `answer=`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._models import CallContext, ToolCall, ToolResult
+from .._native import native_tool
+from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from .._nexus import Nexus
+
+NEXUS_PLUGIN_ID = "nexus.tool.question"
+
+QUESTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "question": {"type": "string", "minLength": 1, "description": "The question, complete and specific."},
+        "options": {"type": "array", "items": {"type": "string"},
+                    "description": "Suggested answers, if the choice is among a few; the user may answer otherwise."},
+    },
+    "required": ["question"],
+    "additionalProperties": False,
+}
+
+DESCRIPTION = (
+    "Ask the user a question when you need a decision or information only they have. Offer "
+    "options when the choice is among a few. The user's answer comes back as the result; a "
+    "result starting with 'pending:' means the answer will come later."
+)
+
+
+def _answer_text(answer: Any) -> str:
+    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+
+
+def pending_result(question: str, options: list[str]) -> ToolResult:
+    """The result of a question nobody has answered yet."""
+    text = f"pending: waiting for the user's answer to: {question}"
+    if options:
+        text += " (options: " + ", ".join(options) + ")"
+    return ToolResult(
+        id="", name="", output=text,
+        output_structured={"status": "pending", "question": question, "options": options},
+        metadata={"pending": True},
+    )
+
+
+def make_question_tool(nexus: Nexus) -> Any:
+    def run(arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        question = arguments["question"]
+        options = list(arguments.get("options") or [])
+        answer = ctx.answer
+        if answer is None:
+            call = ToolCall(name=ctx.tool_name or "question", arguments=dict(arguments), id=ctx.call_id,
+                            parent_call_id=ctx.parent_call_id)
+            answer = nexus.hook.nexus_question_answer(question=question, options=options, call=call)
+        if answer is None:
+            return pending_result(question, options)
+        return ToolResult(
+            id="", name="", output=_answer_text(answer),
+            output_structured={"status": "answered", "question": question, "options": options, "answer": answer},
+        )
+
+    return native_tool("question", DESCRIPTION, QUESTION_SCHEMA, run=run, ctx=True)
+
+
+@hookimpl
+def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    register(make_question_tool(nexus))

@@ -1,1 +1,118 @@
-"""Core built-in plugin `nexus.tool.todo` (filled in by its issue)."""
+"""Core built-in plugin `nexus.tool.todo`: `todowrite`, the session's todo list.
+
+The model sends the whole list each time (opencode's contract): it replaces the previous one,
+and the tool echoes it as lines, `[ ]` pending, `[~]` in progress, `[x]` completed, `[-]`
+cancelled. The list is kept per Nexus; `todos(nx)` gives it to the host.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from .._models import ToolResult
+from .._native import native_tool
+from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from .._nexus import Nexus
+
+NEXUS_PLUGIN_ID = "nexus.tool.todo"
+
+Status = Literal["pending", "in_progress", "completed", "cancelled"]
+Priority = Literal["high", "medium", "low"]
+MARKS: dict[str, str] = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "cancelled": "[-]"}
+
+
+@attrs.frozen
+class Todo:
+    """One item of the list."""
+
+    content: str
+    status: Status = "pending"
+    id: str | None = None
+    priority: Priority | None = None
+
+    def line(self) -> str:
+        return f"{MARKS[self.status]} {self.content}"
+
+
+TODOWRITE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "description": "The whole updated todo list; it replaces the previous one.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string", "minLength": 1, "description": "What to do, briefly."},
+                    "status": {"type": "string", "enum": list(MARKS),
+                               "description": "pending, in_progress (one task at a time), completed or cancelled."},
+                    "id": {"type": "string", "description": "A stable id for the item."},
+                    "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                },
+                "required": ["content", "status"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["todos"],
+    "additionalProperties": False,
+}
+
+DESCRIPTION = (
+    "Write the todo list for this session: send the whole list each time, it replaces the "
+    "previous one. Use it for work of three or more steps: add the steps, mark one in_progress "
+    "before starting it, completed as soon as it is done, cancelled if it is no longer needed. "
+    "The current list comes back, one line per item."
+)
+
+
+class TodoList:
+    """The todo list of one Nexus; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: tuple[Todo, ...] = ()
+
+    def replace(self, items: list[Todo]) -> None:
+        with self._lock:
+            self._items = tuple(items)
+
+    def items(self) -> list[Todo]:
+        with self._lock:
+            return list(self._items)
+
+    def render(self) -> str:
+        items = self.items()
+        return "\n".join(t.line() for t in items) if items else "(the todo list is empty)"
+
+
+def todo_list(nexus: Nexus) -> TodoList:
+    """The `TodoList` of `nexus`."""
+    return nexus.plugin_state(NEXUS_PLUGIN_ID, TodoList)  # type: ignore[no-any-return]
+
+
+def todos(nexus: Nexus) -> list[Todo]:
+    """The session's current todo items, in the model's order."""
+    return todo_list(nexus).items()
+
+
+def make_todowrite(nexus: Nexus) -> Any:
+    def run(arguments: dict[str, Any]) -> ToolResult:
+        items = [Todo(content=t["content"], status=t["status"], id=t.get("id"), priority=t.get("priority"))
+                 for t in arguments["todos"]]
+        todo_list(nexus).replace(items)
+        structured = {"todos": [attrs.asdict(t, filter=lambda _, v: v is not None) for t in items]}
+        return ToolResult(id="", name="", output=todo_list(nexus).render(), output_structured=structured)
+
+    return native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run)
+
+
+@hookimpl
+def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    register(make_todowrite(nexus))
