@@ -45,8 +45,10 @@ def test_hookspecs_are_found() -> None:
 
 def test_plugin_hooks_are_documented() -> None:
     documented = documented_hooks()
-    assert [h for h in HOOKS if h not in documented] == [], "hooks without a '## name(' heading in docs/hooks.md"
-    assert [h for h in documented if h not in HOOKS] == [], "docs/hooks.md documents hooks that hookspecs.py lacks"
+    undocumented = [h for h in HOOKS if h not in documented]
+    assert not undocumented, f"hooks without a '## name(' heading in docs/hooks.md: {', '.join(undocumented)}"
+    unknown = [h for h in documented if h not in HOOKS]
+    assert not unknown, f"docs/hooks.md documents hooks that hookspecs.py lacks: {', '.join(unknown)}"
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -61,7 +63,7 @@ def test_plugin_hooks_have_tests() -> None:
         p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("test_*.py") if p.name != "test_meta.py"
     )
     untested = [h for h in HOOKS if not re.search(rf"\b{h}\b", sources)]
-    assert untested == [], "hooks that no test under tests/ mentions"
+    assert not untested, f"hooks that no test under tests/ mentions: {', '.join(untested)}"
 
 
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
@@ -99,4 +101,5 @@ def test_every_docs_page_is_linked_from_the_index() -> None:
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     linked = set(re.findall(r"\]\(([\w.-]+\.md)(?:#[\w-]*)?\)", index))
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
-    assert sorted(pages - linked) == [], "docs pages that docs/index.md does not link"
+    orphans = sorted(pages - linked)
+    assert not orphans, f"docs pages that docs/index.md does not link: {', '.join(orphans)}"
