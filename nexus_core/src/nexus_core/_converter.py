@@ -1,22 +1,120 @@
 """The one cattrs converter for Nexus's wire JSON (CLI output, run_code's pipe, persisted logs).
 
-Input that comes from outside (a call read from JSON) is structured with `forbid_extra_keys`, and
-structuring errors become one message naming each failing field path.
+Input that comes from outside (a call read from JSON, possibly sent by an untrusted script) is
+structured strictly: unknown keys are refused (`forbid_extra_keys`), and JSON scalars are not
+coerced (`"3"` is not an int, `"false"` is not a bool, `"ab"` is not a list of two strings).
+Structuring errors become one message naming each failing field path, e.g.
+`ToolCall.arguments: expected object, got list [1]`.
 """
 
 from __future__ import annotations
 
 import json
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
+from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._models import ToolCall, ToolDef, ToolResult
+from ._schema import json_type_name, short_repr
 
 T = TypeVar("T")
 
 converter = cattrs.Converter(forbid_extra_keys=True, omit_if_default=False)
+
+
+class _WrongType(TypeError):
+    """A JSON value of the wrong type; the message says what was expected and what came."""
+
+
+def _wrong(expected: str, value: Any) -> _WrongType:
+    return _WrongType(f"expected {expected}, got {json_type_name(value)} {short_repr(value)}")
+
+
+def _structure_str(value: Any, _: type) -> str:
+    if not isinstance(value, str):
+        raise _wrong("string", value)
+    return value
+
+
+def _structure_int(value: Any, _: type) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _wrong("integer", value)
+    return value
+
+
+def _structure_float(value: Any, _: type) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise _wrong("number", value)
+    return float(value)
+
+
+def _structure_bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise _wrong("boolean", value)
+    return value
+
+
+converter.register_structure_hook(str, _structure_str)
+converter.register_structure_hook(int, _structure_int)
+converter.register_structure_hook(float, _structure_float)
+converter.register_structure_hook(bool, _structure_bool)
+
+
+def _is_array_type(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return True
+    args = typing.get_args(tp)
+    return origin is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _array_hook(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """cattrs's own list / tuple hook, but only for JSON arrays: a string or a mapping is
+    iterable too, and would otherwise become a list of its characters or keys."""
+    if typing.get_origin(tp) is list:
+        base = list_structure_factory(tp, conv)
+    else:
+        base = homogenous_tuple_structure_factory(tp, conv)
+
+    def structure_array(value: Any, cls: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise _wrong("array", value)
+        return base(value, cls)
+
+    return structure_array
+
+
+converter.register_structure_hook_factory(_is_array_type, _array_hook)
+
+
+def _literal_hook(tp: Any) -> Callable[[Any, Any], Any]:
+    allowed = typing.get_args(tp)
+
+    def structure_literal(value: Any, _: Any) -> Any:
+        # `True == 1`, so compare types too: the JSON `1` is not the literal `True`
+        if not any(value == a and type(value) is type(a) for a in allowed):
+            raise _WrongType(f"expected one of {', '.join(repr(a) for a in allowed)}, got {short_repr(value)}")
+        return value
+
+    return structure_literal
+
+
+converter.register_structure_hook_factory(lambda tp: typing.get_origin(tp) is typing.Literal, _literal_hook)
+
+
+def _structure_mapping_check(value: Any, _: type) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _wrong("object", value)
+    return dict(value)
+
+
+# A JSON object of anything: the arguments of a call, metadata. Keys are strings in JSON.
+converter.register_structure_hook_func(lambda tp: tp == dict[str, Any], _structure_mapping_check)
 
 converter.register_unstructure_hook(
     ToolDef,
@@ -38,6 +136,7 @@ _structure_result = make_dict_structure_fn(ToolResult, converter, _cattrs_forbid
 
 
 def _structure_tool_result(data: Any, cls: type) -> ToolResult:
+    # `is_error` is derived from `error`; it is written out for readers, and accepted back.
     if isinstance(data, dict) and "is_error" in data:
         data = {k: v for k, v in data.items() if k != "is_error"}
     return _structure_result(data, cls)
@@ -53,6 +152,26 @@ class WireError(ValueError):
     """JSON that does not fit the model it was read as; the message names each bad field."""
 
 
+def _describe(exc: BaseException, tp: type | None) -> str:
+    if isinstance(exc, _WrongType):
+        return str(exc)
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return "unknown key " + ", ".join(repr(k) for k in sorted(exc.extra_fields))
+    if isinstance(exc, KeyError):
+        return "required, but missing"
+    if isinstance(exc, AttributeError) and str(exc).endswith("has no attribute 'items'"):
+        return "expected object"
+    return cattrs.v.format_exception(exc, tp)
+
+
+def _error_lines(exc: cattrs.BaseValidationError, root: str) -> list[str]:
+    lines = []
+    for line in cattrs.transform_error(exc, path=root, format_exception=_describe):
+        what, _, where = line.rpartition(" @ ")
+        lines.append(f"{where}: {what}" if what else line)
+    return lines
+
+
 def unstructure(value: Any) -> Any:
     """A model (or anything holding models) as plain JSON-able data."""
     return converter.unstructure(value)
@@ -63,9 +182,9 @@ def structure(data: Any, cls: type[T]) -> T:
     try:
         return converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
-        raise WireError("; ".join(cattrs.transform_error(exc, path=cls.__name__))) from None
-    except (TypeError, ValueError, KeyError) as exc:
-        raise WireError(f"{cls.__name__}: {exc}") from None
+        raise WireError("; ".join(_error_lines(exc, cls.__name__))) from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise WireError(f"{cls.__name__}: {_describe(exc, cls)}") from None
 
 
 def to_json(value: Any, **kwargs: Any) -> str:
@@ -73,4 +192,9 @@ def to_json(value: Any, **kwargs: Any) -> str:
 
 
 def from_json(text: str | bytes, cls: type[T]) -> T:
-    return structure(json.loads(text), cls)
+    """JSON text as a model; raises `WireError` (invalid JSON included) naming what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WireError(f"{cls.__name__}: invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return structure(data, cls)

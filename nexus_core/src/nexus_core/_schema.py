@@ -4,6 +4,7 @@ with the path of the failing value, and fill in defaults."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,7 +48,8 @@ def format_path(path: Iterable[Any], prefix: str = "") -> str:
     return out
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters, for messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -60,22 +62,32 @@ def describe_error(error: ValidationError) -> str:
         expected = error.validator_value
         if isinstance(expected, list):
             expected = " or ".join(expected)
-        return f"expected {expected}, got {_short(inst)}"
+        return f"expected {expected}, got {short_repr(inst)}"
     if v == "required":
         missing = [r for r in error.validator_value if isinstance(inst, dict) and r not in inst]
         return "missing required " + ", ".join(repr(m) for m in missing or error.validator_value)
     if v == "additionalProperties":
-        allowed = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in inst if k not in allowed) if isinstance(inst, dict) else []
+        extra = unknown_keys(error.schema, inst) if isinstance(inst, dict) else []
         return "unknown key " + ", ".join(repr(k) for k in extra)
     if v == "enum":
-        return f"expected one of {', '.join(repr(x) for x in error.validator_value)}, got {_short(inst)}"
+        return f"expected one of {', '.join(repr(x) for x in error.validator_value)}, got {short_repr(inst)}"
     if v == "const":
-        return f"expected {error.validator_value!r}, got {_short(inst)}"
+        return f"expected {error.validator_value!r}, got {short_repr(inst)}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
-        return f"expected a number {word[v]} {error.validator_value}, got {_short(inst)}"
+        return f"expected a number {word[v]} {error.validator_value}, got {short_repr(inst)}"
     return error.message
+
+
+def unknown_keys(schema: dict[str, Any], instance: dict[Any, Any]) -> list[Any]:
+    """The keys of `instance` that neither `properties` nor `patternProperties` of `schema`
+    allow, sorted (keys of any type: YAML allows `1:` as a key)."""
+    allowed = set(schema.get("properties", {}))
+    patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+    return sorted(
+        (k for k in instance if k not in allowed and not any(p.search(str(k)) for p in patterns)),
+        key=str,
+    )
 
 
 def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[tuple[str, ...], str]]:
@@ -85,9 +97,8 @@ def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[t
     for error in errors:
         path: Sequence[Any] = list(error.absolute_path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-            allowed = set(error.schema.get("properties", {}))
-            for key in sorted(k for k in error.instance if k not in allowed):
-                key_path = [*path, key]
+            for key in unknown_keys(error.schema, error.instance):
+                key_path = [*path, str(key)]  # a key, even `1:` in YAML, is not a list index
                 lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: unknown key"))
             continue
         if error.validator == "required" and isinstance(error.instance, dict):
@@ -125,4 +136,7 @@ __all__ = [
     "describe_error",
     "explain",
     "format_path",
+    "json_type_name",
+    "short_repr",
+    "unknown_keys",
 ]

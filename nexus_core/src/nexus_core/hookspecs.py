@@ -3,6 +3,10 @@
 Plugins implement these with `@nexus_core.hookimpl`. Every hook is called with keyword arguments
 and a hookimpl may accept any subset of them (pluggy's rule). The reference with examples is
 docs/hooks.md; a meta-test fails when a hook here is missing from it.
+
+Observer hooks (the ones whose return value is ignored and that fire per event) are contained:
+an implementation that raises is logged, naming its plugin, and the other implementations
+still run. Hook wrappers are not contained.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ def nexus_config_schema() -> dict[str, Any] | None:
 
     The section `plugins.<plugin id>` is validated against it, defaults filled in, and handed to
     `nexus_configure`. Return None to accept no settings. Called once per plugin at start.
+    Unknown keys are errors: an object schema with `properties` (at the top, or nested under
+    `properties` / `items`) is closed unless it says otherwise with `additionalProperties`,
+    `patternProperties` or a composition keyword (`$ref`, `allOf`, ...). An invalid schema
+    leaves the plugin out, reported as a failure of the plugin, not of the config.
     """
 
 
@@ -47,8 +55,9 @@ def nexus_config_schema() -> dict[str, Any] | None:
 def nexus_configure(config: dict[str, Any], nexus: Nexus) -> None:
     """Receive this plugin's validated config section (defaults applied) before any tool runs.
 
-    Called once per plugin, with only its own section. A plugin that raises here is reported
-    by name and unregistered; the others keep working. The return value is ignored.
+    Called once per plugin, with only its own section. An installed plugin that raises here is
+    reported by name (`Nexus.failures`) and unregistered; the others keep working. For a plugin
+    the host passes in itself, the exception propagates. The return value is ignored.
     """
 
 
@@ -63,8 +72,10 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
 
 @hookspec
 def nexus_shutdown(nexus: Nexus) -> None:
-    """Release what the plugin holds (processes, files). Called once when the Nexus closes.
-    The return value is ignored; an exception is logged and the others still shut down."""
+    """Release what the plugin holds (processes, files). Called once for each plugin whose
+    `nexus_configure` ran: when the Nexus closes (last started first), or earlier when the
+    plugin is dropped after a failure or unregistered. The return value is ignored; an exception
+    is logged and the others still shut down."""
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -72,18 +83,22 @@ def nexus_shutdown(nexus: Nexus) -> None:
 
 @hookspec
 def nexus_tool_register(tool: ToolDef) -> None:
-    """Observe a tool entering the registry, at start and whenever one is added later.
-    The return value is ignored."""
+    """Observe a tool entering the registry, at start and whenever one is added later
+    (a plugin registered later sees only the tools added after it). The return value is
+    ignored."""
 
 
 @hookspec
 def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | None:
     """Gate a call before its arguments are validated and its handler runs.
 
-    Return `Veto(reason)` to refuse it: the call does not run and the reason reaches the result.
-    A veto wins whatever the plugin order; a gate that raises counts as a veto (fail closed).
-    Return `Rewrite(arguments)` to replace the arguments: all gates then run again on the
-    rewritten call, until none rewrites. Return None to let the call through.
+    Return `Veto(reason)` to refuse it: the call does not run and the reason reaches the result
+    (`error` is `"vetoed: <reason>"`, `metadata["vetoed_by"]` the plugin id). A veto wins
+    whatever the plugin order; a gate that raises, or returns anything else, counts as a veto
+    naming it (fail closed). Return `Rewrite(arguments)` to replace the arguments: all gates then
+    run again on the rewritten call, until none rewrites, and the final arguments are validated
+    against the tool's schema; two gates rewriting the same call differently refuse it.
+    Return None to let the call through.
     """
 
 
@@ -98,8 +113,10 @@ def nexus_before_tool_result(call: ToolCall, result: ToolResult) -> Veto | ToolR
     """Gate a result before anyone sees it.
 
     Return `Veto(reason)` to replace it with an error result carrying the reason, or a
-    `ToolResult` to replace it (result gates then run again on the replacement, until none
-    replaces it). Return None to pass it on. A gate that raises counts as a veto.
+    `ToolResult` to replace it (its id and name are set to the call's; result gates then run
+    again on the replacement, until none replaces it; two different replacements refuse the
+    result). Return None to pass it on. A gate that raises counts as a veto. Runs for every
+    result, errors (unknown tool, veto, invalid arguments) included.
     """
 
 
@@ -111,8 +128,9 @@ def nexus_tool_result(call: ToolCall, result: ToolResult) -> None:
 
 @hookspec(firstresult=True)
 def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> str | None:
-    """Answer a `question` tool call for the user. Stops at the first non-None result; when no
-    plugin answers, the question comes back as a pending result the host can resume."""
+    """Answer a `question` tool call for the user: return the answer's text, or None to leave it
+    to another plugin. Stops at the first non-None result; when no plugin answers, the question
+    comes back as a pending result the host can resume."""
 
 
 # -- skills ---------------------------------------------------------------------------------
