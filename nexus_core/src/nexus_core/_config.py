@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import yaml
 
-from ._schema import apply_defaults, compile_schema, explain
+from ._schema import SchemaError, apply_defaults, compile_schema, explain, format_path
 
 CORE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -37,6 +37,38 @@ CORE_SCHEMA: dict[str, Any] = {
 }
 _CORE_VALIDATOR = compile_schema(CORE_SCHEMA)
 RESERVED_PLUGIN_KEYS = frozenset({"active", "blocked"})
+
+
+class InvalidPluginSchema(Exception):
+    """A plugin's `nexus_config_schema` is not a usable JSON Schema (the plugin's fault)."""
+
+
+#: Keywords that let keys in by some other route than `properties`; a schema using any of them
+#: says for itself which keys it accepts, and is left as it is.
+_OPEN_KEYWORDS = frozenset({
+    "additionalProperties", "patternProperties", "unevaluatedProperties", "propertyNames",
+    "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+    "dependentSchemas",
+})
+
+
+def close_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a plugin's config schema in which each plain object schema (one with
+    `properties` and none of the keywords that admit other keys) refuses unknown keys, at the
+    top and in nested `properties` / `items`. So a typo in a setting is an error by default,
+    while a schema that composes (`$ref`, `allOf`, ...) or opens itself (`additionalProperties`,
+    `patternProperties`) means exactly what it says."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {k: close_schema(v) for k, v in props.items()}
+        if not _OPEN_KEYWORDS & schema.keys():
+            out["additionalProperties"] = False
+    if isinstance(schema.get("items"), dict):
+        out["items"] = close_schema(schema["items"])
+    return out
 
 
 class ConfigError(Exception):
@@ -68,49 +100,78 @@ class NexusConfig:
             return ""
         return f"{self.source}:{_nearest(self._lines, path)}"
 
-    def validate_plugin_section(self, plugin_id: str, schema: dict[str, Any] | None) -> dict[str, Any]:
-        """The plugin's section checked against its schema, defaults applied, or ConfigError."""
+    def validate_plugin_section(self, plugin_id: str, schema: Any) -> dict[str, Any]:
+        """The plugin's section checked against its schema, defaults applied, or ConfigError.
+
+        Unknown keys are refused: an object schema that lists `properties` and says nothing
+        else about other keys is taken as closed (see `close_schema`). A schema that is not a
+        valid JSON Schema raises `InvalidPluginSchema`: the plugin is at fault, not the config.
+        """
         section = self.plugin_sections.get(plugin_id) or {}
         if schema is None:
             if section:
-                key = sorted(section)[0]
                 raise ConfigError(
-                    [self._problem(("plugins", plugin_id, key), f"plugins.{plugin_id}.{key}: unknown key "
-                                   f"(plugin {plugin_id} takes no settings)")],
+                    [self.problem(("plugins", plugin_id, str(key)),
+                                   f"plugins.{plugin_id}.{key}: unknown key (plugin {plugin_id} takes no settings)")
+                     for key in sorted(section, key=str)],
                     self.source,
                 )
             return {}
-        schema = {"additionalProperties": False, **schema}
-        validator = compile_schema(schema)
+        if not isinstance(schema, dict):
+            raise InvalidPluginSchema(
+                f"plugin {plugin_id!r}: nexus_config_schema returned {type(schema).__name__}, "
+                "not a JSON Schema (a dict) or None"
+            )
+        schema = close_schema(schema)
+        try:
+            validator = compile_schema(schema)
+        except SchemaError as exc:
+            where = "/".join(map(str, exc.absolute_path)) or "(top level)"
+            raise InvalidPluginSchema(
+                f"plugin {plugin_id!r}: its config schema is not valid JSON Schema at {where}: {exc.message}"
+            ) from None
         errors = list(validator.iter_errors(section))
         if errors:
-            raise ConfigError(
-                [self._problem(("plugins", plugin_id, *path), text)
-                 for path, text in explain(errors, prefix=f"plugins.{plugin_id}")],
-                self.source,
-            )
+            explained = explain(errors, prefix=f"plugins.{plugin_id}")
+            explained.sort(key=lambda e: _nearest(self._lines, ("plugins", plugin_id, *e[0])))  # file order
+            raise ConfigError([self.problem(("plugins", plugin_id, *path), text) for path, text in explained],
+                              self.source)
         return apply_defaults(schema, section)
 
-    def _problem(self, path: tuple[str, ...], text: str) -> str:
+    def problem(self, path: tuple[str, ...], text: str) -> str:
+        """`text` prefixed with `file:line` of `path` when the config came from a file."""
         where = self.where(path) if self.source else ""
         return f"{where}: {text}" if where else text
 
 
-def _line_map(node: yaml.Node, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+def _line_map(
+    node: yaml.Node, path: tuple[str, ...] = (), duplicates: list[tuple[tuple[str, ...], int, int]] | None = None
+) -> dict[tuple[str, ...], int]:
+    """The line of every key path in the YAML; a key given twice in one mapping (which YAML
+    loaders silently resolve to the last) is added to `duplicates` as (path, first, again)."""
     lines = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = (*path, str(key_node.value))
-            lines.update(_line_map(value_node, key))
-            lines[key] = key_node.start_mark.line + 1
+            name = str(key_node.value)
+            key = (*path, name)
+            line = key_node.start_mark.line + 1
+            if name in seen and duplicates is not None:
+                duplicates.append((key, seen[name], line))
+            seen.setdefault(name, line)
+            lines.update(_line_map(value_node, key, duplicates))
+            lines[key] = line
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            lines.update(_line_map(item, (*path, str(i))))
+            lines.update(_line_map(item, (*path, str(i)), duplicates))
     return lines
 
 
 def _empty_sections_as_dicts(data: dict[str, Any]) -> dict[str, Any]:
-    """`plugins: {nexus.tool.shell: }` (an empty section in YAML) means `{}`, not null."""
+    """`plugins: {nexus.tool.shell: }` (an empty section in YAML) means `{}`, not null; so does
+    an empty `plugins:` itself."""
+    if "plugins" in data and data["plugins"] is None:
+        data["plugins"] = {}
     plugins = data.get("plugins")
     if isinstance(plugins, dict):
         data["plugins"] = {k: ({} if v is None and k not in RESERVED_PLUGIN_KEYS else v)
@@ -143,7 +204,14 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError([f"{where}: invalid YAML: {problem}"], origin) from None
         if node is not None:
-            lines = _line_map(node)
+            duplicates: list[tuple[tuple[str, ...], int, int]] = []
+            lines = _line_map(node, (), duplicates)
+            if duplicates:
+                raise ConfigError(
+                    [f"{origin}:{again}: {format_path(key)}: duplicate key (first given at line {first})"
+                     for key, first, again in duplicates],
+                    origin,
+                )
         base = path.resolve().parent
         if data is None:
             data = {}
@@ -154,9 +222,9 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
 
     errors = list(_CORE_VALIDATOR.iter_errors(data))
     if errors:
+        explained = sorted(explain(errors), key=lambda e: _nearest(lines, e[0]))  # file order
         raise ConfigError(
-            [(f"{origin}:{_nearest(lines, path)}: " if origin else "") + text
-             for path, text in explain(errors)],
+            [(f"{origin}:{_nearest(lines, path)}: " if origin else "") + text for path, text in explained],
             origin,
         )
 

@@ -4,7 +4,17 @@ look up the tool -> call gates (veto / rewrite) -> validate the arguments -> obs
 tool.invoke -> the handler -> normalise its return -> result gates -> observers of tool.result.
 
 Nothing raises to the caller for a tool's failure: each step's failure is an error result.
-Safe to call from many threads at once: the path keeps no state of its own.
+Safe to call from many threads at once: the path keeps no state of its own, the registry is
+read without locks (see `_registry`), and which gate did what is recorded per thread.
+
+Gate rules (datasette's: deny wins whatever the plugin order):
+- any `Veto` refuses the call, however many gates let it through or rewrote it; the first veto
+  in hook order gives the reason, and `metadata["vetoed_by"]` names its plugin;
+- a gate that raises, or returns something other than Veto / Rewrite / None, is a veto naming
+  that plugin (fail closed);
+- `Rewrite`s are applied only when every rewriting gate agrees on the new arguments; then all
+  gates run again on the rewritten call, until none rewrites (at most `MAX_GATE_ROUNDS`).
+Result gates follow the same rules with a replacement `ToolResult` in place of a `Rewrite`.
 """
 
 from __future__ import annotations
@@ -17,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pluggy
 
-from ._models import CallContext, Rewrite, ToolCall, ToolDef, ToolResult, Veto
-from ._plugins import describe_exception
+from ._models import CallContext, ErrorKind, Rewrite, ToolCall, ToolDef, ToolResult, Veto
+from ._plugins import GateOutcome, describe_exception, record_gate_outcomes
 from ._registry import ToolRegistry
 from ._results import error_result, normalize_result
 from ._schema import explain
@@ -32,23 +42,41 @@ log = logging.getLogger("nexus_core")
 MAX_GATE_ROUNDS = 8
 
 
-def _raising_plugin(pm: pluggy.PluginManager, hook_name: str, exc: BaseException) -> str:
-    """Which plugin's hookimpl raised `exc`, found by walking the traceback."""
-    codes = {}
-    for impl in getattr(pm.hook, hook_name).get_hookimpls():
-        code = getattr(impl.function, "__code__", None)
-        if code is not None:
-            codes[code] = impl.plugin_name
-    tb = exc.__traceback__
-    found = None
-    while tb is not None:
-        found = codes.get(tb.tb_frame.f_code, found)
-        tb = tb.tb_next
-    return found or "a plugin"
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
+
+
+#: who answered, when no gate implementation did (a hook wrapper changed the results)
+_WRAPPER = "a hook wrapper"
+
+
+def _attributed(values: list[Any], outcomes: list[GateOutcome]) -> list[tuple[str, Any]]:
+    """`(plugin, value)` for each value a gate hook call returned. pluggy returns the non-None
+    values in call order, which is the order they were recorded in; a hook wrapper may have
+    changed the list, and then each value is looked up by identity."""
+    if len(values) == len(outcomes) and all(v is o.value for v, o in zip(values, outcomes)):
+        return [(o.plugin, v) for v, o in zip(values, outcomes)]
+    return [(next((o.plugin for o in outcomes if o.value is v), _WRAPPER), v) for v in values]
+
+
+def _raiser(exc: BaseException, outcomes: list[GateOutcome]) -> str:
+    return next((o.plugin for o in outcomes if o.raised is exc), _WRAPPER)
+
+
+def _quoted(plugin: str) -> str:
+    return plugin if plugin == _WRAPPER else repr(plugin)
+
+
+def _vetoed(call: ToolCall, reason: str, plugin: str | None, kind: ErrorKind = "vetoed") -> ToolResult:
+    result = error_result(call, f"vetoed: {reason}", kind)
+    if plugin is not None:
+        result = attrs.evolve(result, metadata={**result.metadata, "vetoed_by": plugin})
+    return result
+
+
+def _names(plugins: list[str]) -> str:
+    quoted = [_quoted(p) for p in dict.fromkeys(plugins)]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 class Invoker:
@@ -80,8 +108,8 @@ class Invoker:
 
         try:
             self._hook.nexus_tool_invoke(call=call, tool=tool)
-        except Exception:
-            log.exception("an observer of nexus_tool_invoke raised (call %s)", call.id)
+        except Exception:  # only a hook wrapper can get here: observers are contained
+            log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
         try:
             if tool.takes_context:
@@ -97,7 +125,7 @@ class Invoker:
             else:
                 value = tool.handler(call.arguments)
             result = normalize_result(value, call)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
         return self._finish(call, result)
 
@@ -105,62 +133,73 @@ class Invoker:
 
     def _gate_call(self, call: ToolCall, tool: ToolDef) -> tuple[ToolCall, ToolResult | None]:
         """Run the call gates until none rewrites. Returns the (maybe rewritten) call and, when
-        refused, the error result. Any veto wins; a raising gate or a bad return is a veto."""
+        refused, the error result."""
         for _ in range(MAX_GATE_ROUNDS):
-            try:
-                outcomes = self._hook.nexus_before_tool_invoke(call=call, tool=tool)
-            except Exception as exc:
-                plugin = _raising_plugin(self._pm, "nexus_before_tool_invoke", exc)
-                reason = f"gate {plugin} failed ({describe_exception(exc)}); the call is refused"
-                return call, error_result(call, f"vetoed: {reason}", "vetoed")
-            rewrites: list[Rewrite] = []
-            for outcome in outcomes:
-                if isinstance(outcome, Veto):
-                    return call, error_result(call, f"vetoed: {outcome.reason}", "vetoed")
-                if isinstance(outcome, Rewrite):
-                    if _canonical(outcome.arguments) != _canonical(call.arguments):
-                        rewrites.append(outcome)
+            with record_gate_outcomes() as outcomes:
+                try:
+                    values = self._hook.nexus_before_tool_invoke(call=call, tool=tool)
+                except (Exception, SystemExit) as exc:
+                    plugin = _raiser(exc, outcomes)
+                    reason = f"gate {_quoted(plugin)} failed ({describe_exception(exc)}); the call is refused"
+                    return call, _vetoed(call, reason, plugin)
+            rewrites: list[tuple[str, Rewrite]] = []
+            for plugin, value in _attributed(values, outcomes):
+                if isinstance(value, Veto):
+                    return call, _vetoed(call, value.reason, plugin)
+                if isinstance(value, Rewrite):
+                    if not isinstance(value.arguments, Mapping):
+                        reason = (f"gate {_quoted(plugin)} rewrote the arguments to "
+                                  f"{type(value.arguments).__name__}, not an object")
+                        return call, _vetoed(call, reason, plugin)
+                    if _canonical(value.arguments) != _canonical(call.arguments):
+                        rewrites.append((plugin, value))
                 else:
-                    reason = f"a gate returned {type(outcome).__name__}, not Veto, Rewrite or None"
-                    return call, error_result(call, f"vetoed: {reason}", "vetoed")
+                    reason = f"gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, Rewrite or None"
+                    return call, _vetoed(call, reason, plugin)
             if not rewrites:
                 return call, None
-            if len({_canonical(r.arguments) for r in rewrites}) > 1:
-                return call, error_result(call, "vetoed: gates rewrote the arguments in conflicting ways", "vetoed")
-            if not isinstance(rewrites[0].arguments, dict):
-                return call, error_result(call, "vetoed: a gate rewrote the arguments to a non-object", "vetoed")
-            call = attrs.evolve(call, arguments=rewrites[0].arguments)
-        return call, error_result(call, f"vetoed: gates still rewriting after {MAX_GATE_ROUNDS} rounds", "vetoed")
+            if len({_canonical(r.arguments) for _, r in rewrites}) > 1:
+                plugins = [p for p, _ in rewrites]
+                reason = f"gates rewrote the arguments in conflicting ways ({_names(plugins)})"
+                return call, _vetoed(call, reason, plugins[0])
+            call = attrs.evolve(call, arguments=dict(rewrites[0][1].arguments))
+        reason = f"gates still rewriting after {MAX_GATE_ROUNDS} rounds"
+        return call, _vetoed(call, reason, None)
 
     def _gate_result(self, call: ToolCall, result: ToolResult) -> ToolResult:
         for _ in range(MAX_GATE_ROUNDS):
-            try:
-                outcomes = self._hook.nexus_before_tool_result(call=call, result=result)
-            except Exception as exc:
-                plugin = _raising_plugin(self._pm, "nexus_before_tool_result", exc)
-                reason = f"result gate {plugin} failed ({describe_exception(exc)}); the result is withheld"
-                return error_result(call, f"vetoed: {reason}", "vetoed")
-            replacements: list[ToolResult] = []
-            for outcome in outcomes:
-                if isinstance(outcome, Veto):
-                    return error_result(call, f"vetoed: {outcome.reason}", "vetoed")
-                if isinstance(outcome, ToolResult):
-                    if outcome != result:
-                        replacements.append(outcome)
+            with record_gate_outcomes() as outcomes:
+                try:
+                    values = self._hook.nexus_before_tool_result(call=call, result=result)
+                except (Exception, SystemExit) as exc:
+                    plugin = _raiser(exc, outcomes)
+                    reason = f"result gate {_quoted(plugin)} failed ({describe_exception(exc)}); the result is withheld"
+                    return _vetoed(call, reason, plugin)
+            replacements: list[tuple[str, ToolResult]] = []
+            for plugin, value in _attributed(values, outcomes):
+                if isinstance(value, Veto):
+                    return _vetoed(call, value.reason, plugin)
+                if isinstance(value, ToolResult):
+                    # a replacement belongs to this call whatever id and name it was built with
+                    value = attrs.evolve(value, id=call.id, name=call.name)
+                    if value != result:
+                        replacements.append((plugin, value))
                 else:
-                    reason = f"a result gate returned {type(outcome).__name__}, not Veto, ToolResult or None"
-                    return error_result(call, f"vetoed: {reason}", "vetoed")
+                    reason = f"result gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, ToolResult or None"
+                    return _vetoed(call, reason, plugin)
             if not replacements:
                 return result
-            if any(r != replacements[0] for r in replacements[1:]):
-                return error_result(call, "vetoed: result gates replaced the result in conflicting ways", "vetoed")
-            result = attrs.evolve(replacements[0], id=call.id, name=call.name)
-        return error_result(call, f"vetoed: result gates still replacing after {MAX_GATE_ROUNDS} rounds", "vetoed")
+            if any(r != replacements[0][1] for _, r in replacements[1:]):
+                plugins = [p for p, _ in replacements]
+                return _vetoed(call, f"result gates replaced the result in conflicting ways ({_names(plugins)})",
+                               plugins[0])
+            result = replacements[0][1]
+        return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
 
     def _finish(self, call: ToolCall, result: ToolResult) -> ToolResult:
         result = self._gate_result(call, result)
         try:
             self._hook.nexus_tool_result(call=call, result=result)
-        except Exception:
-            log.exception("an observer of nexus_tool_result raised (call %s)", call.id)
+        except Exception:  # only a hook wrapper can get here: observers are contained
+            log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
         return result

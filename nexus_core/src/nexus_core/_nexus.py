@@ -2,35 +2,44 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pluggy
 
-from ._config import ConfigError, NexusConfig, load_config
+from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
 from ._models import ToolCall, ToolDef, ToolResult
 from ._plugins import (
+    Phase,
     PluginFailure,
     PluginInfo,
     call_for_plugin,
     describe_exception,
+    installed_entry_points,
     load_entry_point,
     new_plugin_manager,
     register_checked,
     select_entry_points,
 )
 from ._registry import ToolRegistry, as_tooldef
+from ._results import error_result
 
 log = logging.getLogger("nexus_core")
 
 ConfigSource = str | os.PathLike[str] | dict[str, Any] | None
+
+
+def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Nexus:
@@ -54,7 +63,7 @@ class Nexus:
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
         self._pm = new_plugin_manager()
-        self._registry = ToolRegistry(on_register=lambda t: self._pm.hook.nexus_tool_register(tool=t))
+        self._registry = ToolRegistry(on_register=self._announce)
         self._invoker = Invoker(self, self._pm, self._registry)
         self._failures: list[PluginFailure] = []
         self._skipped: list[PluginInfo] = []
@@ -63,14 +72,19 @@ class Nexus:
         self._lock = threading.Lock()
         self._data: dict[str, Any] = {}
         self._sections: dict[str, dict[str, Any]] = {}
+        #: plugins whose nexus_configure was called, in order: the ones nexus_shutdown is owed to
+        self._started: list[str] = []
 
-        if autoload:
-            self._load_installed()
-        for plugin in plugins:
-            self._pm_register_host(plugin)
-        self._start_plugins(self._plugin_names())
-        for obj in tools:
-            self.add_tool(obj)
+        installed = self._load_installed() if autoload else {ep.name for ep in installed_entry_points()}
+        host = [self._pm_register_host(plugin) for plugin in plugins]
+        self._check_plugin_names(installed)
+        try:
+            self._start_plugins(self._plugin_names(), strict=set(host))
+            for obj in tools:
+                self.add_tool(obj)
+        except BaseException:
+            self.close()  # what started must stop, or a plugin's processes outlive a failed start
+            raise
 
     @classmethod
     def from_config(cls, source: ConfigSource = None, **kwargs: Any) -> Nexus:
@@ -80,91 +94,114 @@ class Nexus:
     # -- plugins ----------------------------------------------------------------------------
 
     def _plugin_names(self) -> list[str]:
-        return [name for name, _ in self._pm.list_name_plugin()]
+        return [name for name, plugin in self._pm.list_name_plugin() if plugin is not None]
 
-    def _load_installed(self) -> None:
+    def _load_installed(self) -> set[str]:
+        """Load the chosen entry points (each failure recorded); returns every installed id."""
         chosen, skipped = select_entry_points(self.config.active, self.config.blocked)
         self._skipped = skipped
-        installed = {ep.name for ep in chosen} | {s.name for s in skipped}
-        problems = [
-            f"plugins.active[{i}]: no installed plugin is called {name!r}"
-            for i, name in enumerate(self.config.active or [])
-            if name not in installed
-        ]
-        problems += [
-            f"plugins.{name}: no installed plugin is called {name!r}"
-            for name in self.config.plugin_sections
-            if name not in installed
-        ]
-        if problems:
-            where = self.config.where
-            raise ConfigError(
-                [f"{where(('plugins',))}: {p}" if self.config.source else p for p in problems],
-                self.config.source,
-            )
         for ep in chosen:
             self._dists[ep.name] = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
             failure = load_entry_point(self._pm, ep)
             if failure is not None:
                 self._report(failure)
+        return {ep.name for ep in chosen} | {s.name for s in skipped}
+
+    def _check_plugin_names(self, installed: set[str]) -> None:
+        """`plugins.active` may name only installed plugins, and a `plugins.<id>` section only an
+        installed plugin or one the host passed in `plugins=`: anything else is a typo, or a
+        package that is missing, and silently ignoring it would hide that."""
+        known = installed | set(self._plugin_names())
+        problems = []
+        for i, name in enumerate(self.config.active or []):
+            if name not in known:
+                problems.append(self.config.problem(
+                    ("plugins", "active", str(i)),
+                    f"plugins.active[{i}]: no installed plugin is called {name!r}{_did_you_mean(name, installed)}",
+                ))
+        for name in self.config.plugin_sections:
+            if name not in known:
+                problems.append(self.config.problem(
+                    ("plugins", name),
+                    f"plugins.{name}: no installed plugin is called {name!r}{_did_you_mean(name, known)}",
+                ))
+        if problems:
+            raise ConfigError(problems, self.config.source)
 
     def _report(self, failure: PluginFailure) -> None:
         self._failures.append(failure)
-        log.warning("plugin %s failed to %s: %s", failure.name, failure.phase, failure.error)
+        log.warning("plugin %r failed (%s): %s", failure.name, failure.phase, failure.error)
 
-    def _drop(self, name: str, phase: Any, exc: BaseException) -> None:
+    def _drop(self, name: str, phase: Phase, exc: BaseException) -> None:
         self._report(PluginFailure(name, phase, describe_exception(exc), traceback.format_exc()))
+        self._stop(name)
+
+    def _stop(self, name: str) -> None:
+        """Remove a plugin's tools, shut it down if it was started, and unregister it."""
         self._registry.remove_plugin(name)
+        if name in self._started:
+            self._started.remove(name)
+            self._shutdown(name)
         plugin = self._pm.get_plugin(name)
         if plugin is not None:
             self._pm.unregister(plugin)
 
+    def _shutdown(self, name: str) -> None:
+        try:
+            call_for_plugin(self._pm, "nexus_shutdown", name, nexus=self)
+        except Exception:
+            log.exception("plugin %r raised in nexus_shutdown", name)
+
     def _pm_register_host(self, plugin: object, name: str | None = None) -> str:
         if name is None:
-            base = getattr(plugin, "NEXUS_PLUGIN_ID", None) or getattr(plugin, "__name__", None) or type(plugin).__qualname__
-            name, n = base, 1
+            base = (getattr(plugin, "NEXUS_PLUGIN_ID", None) or getattr(plugin, "__name__", None)
+                    or type(plugin).__name__)
+            name, n = str(base), 1
             while self._pm.has_plugin(name):
                 n += 1
                 name = f"{base}#{n}"
         register_checked(self._pm, plugin, name)
         return name
 
-    def _start_plugins(self, names: list[str], strict: bool = False) -> None:
-        """Configure then collect tools from each named plugin. Config problems of all plugins
-        are gathered into one ConfigError; a plugin that raises is dropped and reported (or,
-        with `strict`, the error propagates: the host registered it by hand)."""
+    def _start_plugins(self, names: list[str], strict: Collection[str] = frozenset()) -> None:
+        """Configure, then collect tools from, each named plugin.
+
+        Config problems of all plugins are gathered into one ConfigError. A plugin that raises
+        (or declares an unusable config schema) is dropped and reported, the others keep
+        working; a plugin in `strict` (one the host passed in by hand) raises instead.
+        """
         problems: list[str] = []
         sections: dict[str, dict[str, Any]] = {}
         for name in names:
             try:
                 schemas = call_for_plugin(self._pm, "nexus_config_schema", name)
-            except Exception as exc:
-                if strict:
-                    raise
-                self._drop(name, "config", exc)
-                continue
-            try:
                 sections[name] = self.config.validate_plugin_section(name, schemas[0] if schemas else None)
             except ConfigError as exc:
                 problems.extend(exc.problems)
+            except Exception as exc:
+                if name in strict:
+                    message = str(exc) if isinstance(exc, InvalidPluginSchema) else (
+                        f"plugin {name!r} raised in nexus_config_schema: {describe_exception(exc)}")
+                    raise pluggy.PluginValidationError(self._pm.get_plugin(name), message) from exc
+                self._drop(name, "config", exc)
         if problems:
             raise ConfigError(problems, self.config.source)
         self._sections.update(sections)
         for name in names:
-            if name not in sections:
+            if name not in sections or self._pm.get_plugin(name) is None:
                 continue
+            self._started.append(name)
             for phase, hook, kwargs in (
                 ("configure", "nexus_configure", {"config": sections[name], "nexus": self}),
-                ("register_tools", "nexus_register_tools",
-                 {"register": self._register_for(name), "nexus": self}),
+                ("register_tools", "nexus_register_tools", {"register": self._register_for(name), "nexus": self}),
             ):
                 try:
                     call_for_plugin(self._pm, hook, name, **kwargs)
                 except Exception as exc:
-                    if strict:
-                        self._registry.remove_plugin(name)
+                    if name in strict:
+                        self._stop(name)
                         raise
-                    self._drop(name, phase, exc)
+                    self._drop(name, phase, exc)  # type: ignore[arg-type]
                     break
 
     def _register_for(self, plugin: str) -> Callable[..., ToolDef]:
@@ -176,6 +213,12 @@ class Nexus:
 
         return register
 
+    def _announce(self, tool: ToolDef) -> None:
+        try:
+            self._pm.hook.nexus_tool_register(tool=tool)
+        except Exception:  # only a hook wrapper can get here: observers are contained
+            log.exception("a hook wrapper of nexus_tool_register raised (tool %s)", tool.name)
+
     def plugin_config(self, plugin: str) -> dict[str, Any]:
         """A plugin's validated config section, defaults applied ({} for an unknown plugin)."""
         return self._sections.get(plugin, {})
@@ -184,25 +227,29 @@ class Nexus:
         """Add a plugin object (a module, class instance, anything with hookimpls) or a tool.
 
         A plugin is validated (a hookimpl that matches no hook is an error), configured from
-        `plugins.<name>` and asked for its tools. A `ToolDef` or an `@tool` function is added as
-        a tool of the host. Returns the plugin's (or tool's) name.
+        `plugins.<name>` and asked for its tools; any failure raises, and leaves the plugin
+        out. Registering the same object twice, or a second plugin under a taken name, is a
+        ValueError. A `ToolDef` or an `@tool` function is added as a tool of the host.
+        Returns the plugin's (or tool's) name.
         """
+        if self._closed:
+            raise RuntimeError("this Nexus is closed; register plugins before closing it")
         if isinstance(plugin, ToolDef) or hasattr(plugin, "__nexus_tool__"):
             return self.add_tool(plugin).name
         name = self._pm_register_host(plugin, name)
         try:
-            self._start_plugins([name], strict=True)
+            self._start_plugins([name], strict={name})
         except BaseException:
-            self._pm.unregister(plugin)
+            if self._pm.get_plugin(name) is not None:
+                self._stop(name)
             raise
         return name
 
     def unregister(self, name: str) -> None:
-        """Remove a plugin and the tools it gave."""
-        self._registry.remove_plugin(name)
-        plugin = self._pm.get_plugin(name)
-        if plugin is not None:
-            self._pm.unregister(plugin)
+        """Remove a plugin and the tools it gave, shutting it down first (`nexus_shutdown`)."""
+        if self._pm.get_plugin(name) is None:
+            raise ValueError(f"no plugin named {name!r} is registered")
+        self._stop(name)
 
     def add_tool(self, tool: Any) -> ToolDef:
         """Register a tool of the host's own (a `ToolDef`, or a function `@tool` describes)."""
@@ -278,13 +325,16 @@ class Nexus:
         that take a context; `answer` is a host-supplied answer (to a pending question).
         """
         if isinstance(call, str):
+            if arguments is not None and not isinstance(arguments, Mapping):
+                raise TypeError(f"invoke() arguments must be a mapping (a JSON object), not {type(arguments).__name__}")
             call = ToolCall(name=call, arguments=dict(arguments or {}), parent_call_id=parent_call_id)
-        elif not isinstance(call, ToolCall):
+        elif isinstance(call, ToolCall):
+            if arguments is not None or parent_call_id is not None:
+                raise TypeError("invoke(ToolCall(...)) takes no arguments or parent_call_id: the call carries them")
+        else:
             raise TypeError(f"invoke() takes a tool name or a ToolCall, not {type(call).__name__}")
         if self._closed:
-            from ._results import error_result
-
-            return error_result(call, "this Nexus is closed", "cancelled")
+            return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
         return self._invoker.invoke_call(call, context=context, answer=answer)
 
     def schemas(self, format: str = "openai") -> Any:
@@ -303,15 +353,15 @@ class Nexus:
             return self._data[plugin]
 
     def close(self) -> None:
-        """Shut every plugin down (each one's error is logged; the others still run)."""
-        if self._closed:
-            return
-        self._closed = True
-        for name in self._plugin_names():
-            try:
-                call_for_plugin(self._pm, "nexus_shutdown", name, nexus=self)
-            except Exception:
-                log.exception("plugin %s raised in nexus_shutdown", name)
+        """Shut the started plugins down, last started first (each one's error is logged; the
+        others still shut down). A second call does nothing; `invoke` afterwards returns an
+        error result, `register` raises."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        while self._started:
+            self._shutdown(self._started.pop())
 
     def __enter__(self) -> Nexus:
         return self

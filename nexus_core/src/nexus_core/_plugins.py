@@ -12,10 +12,16 @@ Environment switches (pytest and tox have the same three):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import difflib
+import functools
+import inspect
+import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
@@ -23,6 +29,11 @@ import attrs
 import pluggy
 
 from . import hookspecs
+
+log = logging.getLogger("nexus_core")
+# A library logs, the application decides where it goes: without this, Python's last-resort
+# handler would print every warning to stderr a second time next to the CLI's own report.
+log.addHandler(logging.NullHandler())
 
 ENTRY_POINT_GROUP = "nexus.plugins"
 ENV_DISABLE_AUTOLOAD = "NEXUS_DISABLE_PLUGIN_AUTOLOAD"
@@ -63,8 +74,113 @@ def env_list(name: str) -> list[str]:
     return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
 
 
-def new_plugin_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+#: Hooks whose implementations only observe. Each implementation runs contained: one that
+#: raises is logged (naming its plugin) and the others still run, so one broken observer
+#: cannot silence the rest (pluggy itself stops a hook call at the first exception).
+OBSERVER_HOOKS = frozenset({
+    "nexus_tool_register",
+    "nexus_tool_invoke",
+    "nexus_tool_result",
+    "nexus_skill_loaded",
+    "nexus_skill_deactivate",
+    "nexus_code_exec_request",
+    "nexus_code_exec_stdout",
+    "nexus_code_exec_result",
+})
+
+#: Hooks whose implementations decide (veto, rewrite, replace). Their outcomes and exceptions
+#: are attributed to the plugin that produced them, so messages can name it.
+GATE_HOOKS = frozenset({"nexus_before_tool_invoke", "nexus_before_tool_result"})
+
+
+@attrs.frozen
+class GateOutcome:
+    """What one gate implementation did during a hook call: returned `value`, or raised."""
+
+    plugin: str
+    value: Any = None
+    raised: BaseException | None = None
+
+
+_gate_outcomes: contextvars.ContextVar[list[GateOutcome] | None] = contextvars.ContextVar(
+    "nexus_gate_outcomes", default=None
+)
+
+
+@contextlib.contextmanager
+def record_gate_outcomes() -> Iterator[list[GateOutcome]]:
+    """Collect, for the gate hook calls made inside the block (in this thread or task only),
+    which plugin returned or raised what, in call order."""
+    outcomes: list[GateOutcome] = []
+    token = _gate_outcomes.set(outcomes)
+    try:
+        yield outcomes
+    finally:
+        _gate_outcomes.reset(token)
+
+
+def _contain_observer(impl: pluggy.HookImpl, hook_name: str) -> Callable[..., Any]:
+    function = impl.function
+    plugin_name = impl.plugin_name
+
+    @functools.wraps(function)
+    def contained(*args: Any, **kwargs: Any) -> None:
+        try:
+            function(*args, **kwargs)
+        except Exception:
+            log.exception("plugin %r raised in %s; the other observers still run", plugin_name, hook_name)
+
+    return contained
+
+
+def _attribute_gate(impl: pluggy.HookImpl) -> Callable[..., Any]:
+    function = impl.function
+    plugin_name = impl.plugin_name
+
+    @functools.wraps(function)
+    def attributed(*args: Any, **kwargs: Any) -> Any:
+        outcomes = _gate_outcomes.get()
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as exc:
+            if outcomes is not None:
+                outcomes.append(GateOutcome(plugin_name, raised=exc))
+            raise
+        if outcomes is not None and value is not None:
+            outcomes.append(GateOutcome(plugin_name, value))
+        return value
+
+    return attributed
+
+
+class NexusPluginManager(pluggy.PluginManager):
+    """pluggy's manager, with observer implementations contained and gate implementations
+    attributed (see `OBSERVER_HOOKS`, `GATE_HOOKS`). Both still run through pluggy's own hook
+    call, so ordering, wrappers, tracing and monitoring behave as usual; hook wrappers themselves
+    are left as they are (an exception in one ends that hook call, as in pluggy)."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        registered = super().register(plugin, name)
+        if registered is None:
+            return None
+        for caller in self.get_hookcallers(plugin) or []:
+            if caller.name not in OBSERVER_HOOKS and caller.name not in GATE_HOOKS:
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin or impl.wrapper or impl.hookwrapper:
+                    continue
+                if caller.name in OBSERVER_HOOKS:
+                    impl.function = _contain_observer(impl, caller.name)  # type: ignore[misc]
+                else:
+                    impl.function = _attribute_gate(impl)  # type: ignore[misc]
+        return registered
+
+
+def new_plugin_manager() -> NexusPluginManager:
+    pm = NexusPluginManager()
     pm.add_hookspecs(hookspecs)
     if env_flag(ENV_TRACE):
         pm.trace.root.setwriter(lambda text: sys.stderr.write(text))
@@ -85,54 +201,62 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
-    """Hookimpls of `plugin` that match no hookspec (a typo in a hook name, usually)."""
+def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, pluggy.HookImpl]]:
+    """`(hook name, hookimpl)` for each hookimpl of `plugin` that matches no hookspec (a typo in
+    a hook name, usually), sorted by hook name."""
     bad = []
     for caller in pm.get_hookcallers(plugin) or []:
         if not caller.has_spec():
-            for impl in caller.get_hookimpls():
-                if impl.plugin is plugin and not impl.opts.get("optionalhook"):
-                    bad.append(caller.name)
-    return sorted(set(bad))
+            bad.extend(
+                (caller.name, impl) for impl in caller.get_hookimpls()
+                if impl.plugin is plugin and not impl.optionalhook
+            )
+    return sorted(bad, key=lambda pair: pair[0])
 
 
 def register_checked(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
     """Register `plugin`, then refuse it (unregistered again) if a hookimpl matches no hook.
-    Raises `pluggy.PluginValidationError` naming the plugin, the hook and the definition."""
+    Raises `pluggy.PluginValidationError` naming the plugin, the hook, the closest real hook
+    name and where the hookimpl is defined. Registering one plugin object twice is a
+    `ValueError` naming the name it already has."""
+    existing = pm.get_name(plugin)
+    if existing is not None:
+        raise ValueError(f"plugin {plugin!r} is already registered, as {existing!r}")
+    if pm.has_plugin(name):
+        raise ValueError(f"a plugin named {name!r} is already registered ({pm.get_plugin(name)!r})")
     pm.register(plugin, name=name)
     bad = unknown_hooks(pm, plugin)
     if bad:
         pm.unregister(plugin)
-        hook = bad[0]
-        impl = getattr(plugin, hook, None)
-        where = ""
-        code = getattr(impl, "__code__", None)
-        if code is not None:
-            where = f"\nhookimpl definition: {code.co_filename}:{code.co_firstlineno}"
-        raise pluggy.PluginValidationError(
-            plugin,
-            f"Plugin {name!r}: hookimpl {hook!r} matches no nexus hook "
-            f"(see nexus_core.hookspecs for the names){where}",
-        )
+        lines = []
+        for hook, impl in bad:
+            known = [n for n in dir(hookspecs) if n.startswith(f"{hookspecs.PROJECT}_")]
+            close = difflib.get_close_matches(hook, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else " (nexus_core.hookspecs lists the hooks)"
+            line = f"Plugin {name!r}: hookimpl {hook!r} matches no nexus hook{hint}"
+            code = getattr(inspect.unwrap(impl.function), "__code__", None)
+            if code is not None:
+                line += f"\nhookimpl definition: {code.co_filename}:{code.co_firstlineno}"
+            lines.append(line)
+        raise pluggy.PluginValidationError(plugin, "\n".join(lines))
 
 
 def call_for_plugin(pm: pluggy.PluginManager, hook_name: str, plugin_name: str, **kwargs: Any) -> list[Any]:
-    """Call one plugin's implementations of a hook (those are how per-plugin hooks such as
-    `nexus_configure` get only their own section). Returns the non-None results."""
+    """Call one plugin's implementation of a hook (this is how per-plugin hooks such as
+    `nexus_configure` give each plugin only its own section). Returns the non-None results.
+    Traced like any hook call when tracing is on; hook wrappers are not involved."""
     caller = getattr(pm.hook, hook_name)
     results = []
     for impl in caller.get_hookimpls():
         if impl.plugin_name != plugin_name or impl.hookwrapper or impl.wrapper:
             continue
-        value = impl.function(*[kwargs[a] for a in impl.argnames])
+        pm.trace.root.get("hook")(f"{hook_name} (plugin {plugin_name})", kwargs)
+        args = [kwargs[a] for a in impl.argnames]
+        extra = {a: kwargs[a] for a in impl.kwargnames if a in kwargs}
+        value = impl.function(*args, **extra)
         if value is not None:
             results.append(value)
     return results
-
-
-def plugin_names_with_hook(pm: pluggy.PluginManager, hook_name: str) -> list[str]:
-    caller = getattr(pm.hook, hook_name)
-    return [impl.plugin_name for impl in caller.get_hookimpls()]
 
 
 def select_entry_points(

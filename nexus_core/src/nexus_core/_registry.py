@@ -1,15 +1,18 @@
 """The tool registry: which tools exist, which plugin gave each, and their compiled validators.
 
-Thread-safe: lookups take a snapshot under a lock; registration replaces entries atomically.
-`version` goes up on every change so caches built from the registry (run_code's bindings) know
-when to rebuild.
+Thread-safe and lock-free for readers: the table of tools is never changed in place. A change
+builds a new table under a lock and swaps it in with one assignment, so a lookup (one read of
+the current table) never sees a half-made change, whatever the interpreter's locking. `version`
+goes up on every change so caches built from the registry (run_code's bindings) know when to
+rebuild.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -46,7 +49,7 @@ def as_tooldef(obj: Any) -> ToolDef:
     )
 
 
-@attrs.define
+@attrs.frozen
 class _Entry:
     tool: ToolDef
     validator: Validator | None
@@ -54,10 +57,15 @@ class _Entry:
 
 class ToolRegistry:
     def __init__(self, on_register: Callable[[ToolDef], None] | None = None) -> None:
-        self._lock = threading.RLock()
-        self._entries: dict[str, _Entry] = {}
+        self._write_lock = threading.Lock()
+        self._entries: Mapping[str, _Entry] = MappingProxyType({})
         self._on_register = on_register
         self.version = 0
+
+    def _swap(self, entries: dict[str, _Entry]) -> None:
+        # callers hold _write_lock; readers see the old table or the new one, never a mix
+        self._entries = MappingProxyType(entries)
+        self.version += 1
 
     def add(self, obj: Any, plugin: str | None = None) -> ToolDef:
         """Register a tool for `plugin` (None: the host). Raises ToolRegistrationError."""
@@ -69,46 +77,59 @@ class ToolRegistry:
                 f"tool name {tool.name!r} from {_source(tool)} is not valid: use 1-64 of "
                 "a-z A-Z 0-9 _ - (nexus_core.sanitize() makes any string valid)"
             )
-        try:
-            validator = compile_schema(tool.input_schema) if tool.input_schema else None
-            if tool.output_schema is not None:
-                compile_schema(tool.output_schema)
-        except SchemaError as exc:
-            where = "/".join(map(str, exc.absolute_path)) or "(top level)"
+        if not callable(tool.handler):
             raise ToolRegistrationError(
-                f"tool {tool.name!r} from {_source(tool)} has an invalid schema at {where}: {exc.message}"
-            ) from None
-        with self._lock:
+                f"tool {tool.name!r} from {_source(tool)}: handler {tool.handler!r} is not callable"
+            )
+        validator = None
+        for which, schema in (("input_schema", tool.input_schema), ("output_schema", tool.output_schema)):
+            if schema is None and which == "output_schema":
+                continue
+            if not isinstance(schema, dict):
+                raise ToolRegistrationError(
+                    f"tool {tool.name!r} from {_source(tool)}: {which} must be a JSON Schema "
+                    f"object (a dict), got {type(schema).__name__}"
+                )
+            try:
+                compiled = compile_schema(schema) if schema else None
+            except SchemaError as exc:
+                where = "/".join(map(str, exc.absolute_path)) or "(top level)"
+                raise ToolRegistrationError(
+                    f"tool {tool.name!r} from {_source(tool)} has an invalid {which} at {where}: "
+                    f"{exc.message}"
+                ) from None
+            if which == "input_schema":
+                validator = compiled
+        with self._write_lock:
             existing = self._entries.get(tool.name)
             if existing is not None:
                 raise ToolRegistrationError(
                     f"duplicate tool name {tool.name!r}: registered by {_source(existing.tool)} "
                     f"and again by {_source(tool)}"
                 )
-            self._entries[tool.name] = _Entry(tool, validator)
-            self.version += 1
+            self._swap({**self._entries, tool.name: _Entry(tool, validator)})
         if self._on_register is not None:
             self._on_register(tool)
         return tool
 
     def remove(self, name: str) -> ToolDef | None:
-        with self._lock:
-            entry = self._entries.pop(name, None)
+        with self._write_lock:
+            entry = self._entries.get(name)
             if entry is not None:
-                self.version += 1
+                self._swap({n: e for n, e in self._entries.items() if n != name})
         return entry.tool if entry else None
 
     def remove_plugin(self, plugin: str) -> list[str]:
-        with self._lock:
+        with self._write_lock:
             names = [n for n, e in self._entries.items() if e.tool.plugin == plugin]
-            for name in names:
-                del self._entries[name]
             if names:
-                self.version += 1
+                self._swap({n: e for n, e in self._entries.items() if e.tool.plugin != plugin})
         return names
 
     def lookup(self, name: str) -> tuple[ToolDef, Validator | None] | None:
-        entry = self._entries.get(name)  # a dict read is atomic; entries are replaced, not mutated
+        """The tool called `name` and its compiled input validator (compiled once, when the tool
+        was registered), or None."""
+        entry = self._entries.get(name)
         return (entry.tool, entry.validator) if entry else None
 
     def get(self, name: str) -> ToolDef | None:
@@ -116,5 +137,4 @@ class ToolRegistry:
         return entry.tool if entry else None
 
     def tools(self) -> list[ToolDef]:
-        with self._lock:
-            return [e.tool for e in self._entries.values()]
+        return [e.tool for e in self._entries.values()]

@@ -1,0 +1,519 @@
+"""The one invocation path: lookup, gates (veto, rewrite), validation, handler, result gates and
+observers, each failure an error result and never an exception."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from nexus_core import (
+    CallContext,
+    Nexus,
+    Rewrite,
+    ToolCall,
+    ToolDef,
+    ToolResult,
+    Veto,
+    hookimpl,
+    native_tool,
+)
+from nexus_core import _registry
+
+ITEMS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}},
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+        },
+        "mode": {"enum": ["fast", "safe"]},
+    },
+    "required": ["items"],
+    "additionalProperties": False,
+}
+
+
+def echo_tool(name: str = "echo", schema: dict[str, Any] | None = None) -> ToolDef:
+    return native_tool(name, "Echo the arguments.", schema or {"type": "object"}, lambda a: a)
+
+
+class Recorder:
+    """Observes everything, so tests can assert on who saw what."""
+
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+        self.invoked: list[ToolCall] = []
+        self.results: list[tuple[ToolCall, ToolResult]] = []
+        self.result_gate_saw: list[ToolResult] = []
+
+    @hookimpl
+    def nexus_tool_register(self, tool: ToolDef) -> None:
+        self.registered.append(tool.name)
+
+    @hookimpl
+    def nexus_tool_invoke(self, call: ToolCall, tool: ToolDef) -> None:
+        self.invoked.append(call)
+
+    @hookimpl
+    def nexus_before_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        self.result_gate_saw.append(result)
+
+    @hookimpl
+    def nexus_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        self.results.append((call, result))
+
+
+class Gate:
+    """A call gate whose answer is a function of the call."""
+
+    def __init__(self, decide: Callable[[ToolCall], Any]) -> None:
+        self.decide = decide
+        self.seen: list[dict[str, Any]] = []
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Any:
+        self.seen.append(dict(call.arguments))
+        return self.decide(call)
+
+
+class ResultGate:
+    def __init__(self, decide: Callable[[ToolCall, ToolResult], Any]) -> None:
+        self.decide = decide
+
+    @hookimpl
+    def nexus_before_tool_result(self, call: ToolCall, result: ToolResult) -> Any:
+        return self.decide(call, result)
+
+
+@pytest.fixture
+def nx() -> Iterator[Nexus]:
+    with Nexus(autoload=False, tools=[echo_tool(), echo_tool("items", ITEMS_SCHEMA)]) as nexus:
+        yield nexus
+
+
+@pytest.fixture
+def recorder(nx: Nexus) -> Recorder:
+    rec = Recorder()
+    nx.register(rec)
+    return rec
+
+
+# -- lookup and the handler -------------------------------------------------------------------
+
+
+def test_a_call_returns_the_handlers_result_under_the_calls_id(nx: Nexus) -> None:
+    result = nx.invoke(ToolCall(id="c1", name="echo", arguments={"x": 1}))
+    assert (result.id, result.name, result.is_error) == ("c1", "echo", False)
+    assert result.output_structured == {"x": 1} and result.output == '{"x": 1}'
+    fresh = nx.invoke("echo", {"y": 2})
+    assert fresh.id.startswith("call_") and fresh.output_structured == {"y": 2}
+
+
+def test_unknown_tool_is_an_error_result_that_observers_and_result_gates_see(nx: Nexus, recorder: Recorder) -> None:
+    result = nx.invoke("nope", {"a": 1})
+    assert result.is_error and result.error_kind == "unknown_tool"
+    assert result.error == result.output == "unknown tool: 'nope'"
+    assert recorder.invoked == []  # it never reached the handler
+    assert [r for _, r in recorder.results] == [result] and recorder.result_gate_saw == [result]
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad input"), KeyError("k"), SystemExit(3)])
+def test_a_handler_exception_becomes_an_error_result(nx: Nexus, exc: BaseException, recorder: Recorder) -> None:
+    def boom(arguments: dict[str, Any]) -> None:
+        raise exc
+
+    nx.add_tool(native_tool("boom", run=boom))
+    result = nx.invoke("boom")
+    assert result.is_error and result.error_kind == "exception"
+    assert result.error == f"{type(exc).__name__}: {exc}"
+    assert recorder.results[-1][1] == result
+
+
+def test_invoke_refuses_mixed_forms_of_a_call(nx: Nexus) -> None:
+    with pytest.raises(TypeError, match="the call carries them"):
+        nx.invoke(ToolCall(name="echo"), {"x": 1})
+    with pytest.raises(TypeError, match="must be a mapping"):
+        nx.invoke("echo", [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tool name or a ToolCall"):
+        nx.invoke(42)  # type: ignore[arg-type]
+
+
+def test_a_context_tool_gets_call_ids_host_data_and_the_answer(nx: Nexus) -> None:
+    seen: list[CallContext] = []
+
+    def handler(arguments: dict[str, Any], ctx: CallContext) -> str:
+        seen.append(ctx)
+        return "ok"
+
+    nx.add_tool(native_tool("ctx_tool", run=handler, ctx=True))
+    nx.invoke(ToolCall(id="c9", name="ctx_tool", parent_call_id="c8"), context={"user": "u1"}, answer="yes")
+    (ctx,) = seen
+    assert (ctx.call_id, ctx.parent_call_id, ctx.tool_name, ctx.answer) == ("c9", "c8", "ctx_tool", "yes")
+    assert ctx.data == {"user": "u1"} and ctx.nexus is nx
+
+
+def test_nested_calls_carry_parent_call_id_through_the_gates(nx: Nexus, recorder: Recorder) -> None:
+    def outer(arguments: dict[str, Any], ctx: CallContext) -> str:
+        inner = ctx.nexus.invoke(ToolCall(name="echo", arguments={"n": 1}, parent_call_id=ctx.call_id))
+        refused = ctx.nexus.invoke(ToolCall(name="echo", arguments={"n": 2}, parent_call_id=ctx.call_id))
+        return f"{inner.output} / {refused.error}"
+
+    gate = Gate(lambda call: Veto("no n=2") if call.arguments.get("n") == 2 else None)
+    nx.register(gate)
+    nx.add_tool(native_tool("outer", run=outer, ctx=True))
+    result = nx.invoke(ToolCall(id="top", name="outer"))
+    assert result.output == '{"n": 1} / vetoed: no n=2'
+    assert [(c.name, c.parent_call_id) for c, _ in recorder.results] == [
+        ("echo", "top"), ("echo", "top"), ("outer", None),
+    ]
+    assert gate.seen == [{}, {"n": 1}, {"n": 2}]
+
+
+# -- argument validation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"items": [{"name": "a"}, {"name": "b"}, {"name": 3}]}, "items[2].name: expected string, got 3"),
+        ({"items": [{"qty": 1}]}, "items[0].name: required, but missing"),
+        ({"items": [{"name": "a", "qty": 0}]}, "items[0].qty: expected a number >= 1, got 0"),
+        ({"items": [], "colour": "red"}, "colour: unknown key"),
+        ({"items": [], "mode": "slow"}, "mode: expected one of 'fast', 'safe', got 'slow'"),
+        ({}, "items: required, but missing"),
+        ({"items": "abc"}, "items: expected array, got 'abc'"),
+    ],
+)
+def test_invalid_arguments_name_the_failing_path(nx: Nexus, recorder: Recorder, arguments: dict[str, Any],
+                                                 problem: str) -> None:
+    result = nx.invoke("items", arguments)
+    assert result.error_kind == "invalid_arguments"
+    assert result.error == f"invalid arguments for items: {problem}"
+    assert recorder.invoked == []  # the handler never ran
+    assert recorder.results[-1][1] == result
+
+
+def test_every_invalid_argument_is_listed(nx: Nexus) -> None:
+    result = nx.invoke("items", {"items": [{"name": 1}, {"name": "ok", "qty": "2"}], "x": 0})
+    assert result.error == ("invalid arguments for items: items[0].name: expected string, got 1; "
+                            "items[1].qty: expected integer, got '2'; x: unknown key")
+
+
+def test_validators_are_compiled_once_per_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[dict[str, Any]] = []
+    real = _registry.compile_schema
+
+    def counting(schema: dict[str, Any]) -> Any:
+        compiled.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(_registry, "compile_schema", counting)
+    with Nexus(autoload=False, tools=[echo_tool("items", ITEMS_SCHEMA)]) as nexus:
+        nexus.register(Gate(lambda call: Rewrite({"items": []})))  # rewritten calls use the same validator
+        for _ in range(50):
+            assert not nexus.invoke("items", {"items": [{"name": "a"}]}).is_error
+        assert nexus.invoke("items", {"items": 1}).is_error is False  # rewritten to a valid call
+    assert compiled == [ITEMS_SCHEMA]
+
+
+def test_a_tool_with_an_empty_schema_takes_any_arguments(nx: Nexus) -> None:
+    nx.add_tool(native_tool("free", input_schema={}, run=lambda a: "ok"))
+    assert nx.invoke("free", {"anything": [1, 2]}).output == "ok"
+
+
+# -- call gates -------------------------------------------------------------------------------
+
+
+ALLOW = Gate(lambda call: None)
+
+
+@pytest.mark.parametrize("veto_first", [True, False], ids=["veto-registered-first", "veto-registered-last"])
+@pytest.mark.parametrize("other", ["allow", "rewrite", "tryfirst-allow"])
+def test_nexus_before_tool_invoke_veto_wins_in_any_order(veto_first: bool, other: str, recorder: Recorder,
+                                                          nx: Nexus) -> None:
+    veto = Gate(lambda call: Veto("echo is off today"))
+
+    class TryFirstAllow:
+        @hookimpl(tryfirst=True)
+        def nexus_before_tool_invoke(self, call: ToolCall) -> None:
+            return None
+
+    others: dict[str, object] = {
+        "allow": Gate(lambda call: None),
+        "rewrite": Gate(lambda call: Rewrite({"rewritten": True})),
+        "tryfirst-allow": TryFirstAllow(),
+    }
+    plugins = [veto, others[other]] if veto_first else [others[other], veto]
+    names = [nx.register(p) for p in plugins]
+    result = nx.invoke("echo", {"x": 1})
+    assert result.is_error and result.error_kind == "vetoed" and result.vetoed
+    assert result.error == result.output == "vetoed: echo is off today"
+    assert result.metadata["vetoed_by"] == names[0 if veto_first else 1]
+    assert recorder.invoked == []
+    assert recorder.results[-1][1] == result
+
+
+def test_nexus_before_tool_invoke_first_veto_gives_the_reason(nx: Nexus) -> None:
+    nx.register(Gate(lambda call: Veto("first registered")), name="policy.a")
+    nx.register(Gate(lambda call: Veto("last registered")), name="policy.b")
+    result = nx.invoke("echo")
+    # pluggy calls the last registered first; whichever speaks first, its plugin is named
+    assert (result.error, result.metadata["vetoed_by"]) == ("vetoed: last registered", "policy.b")
+
+
+def test_nexus_before_tool_invoke_gate_that_raises_is_a_veto_naming_it(nx: Nexus) -> None:
+    def explode(call: ToolCall) -> None:
+        raise RuntimeError("policy store unreachable")
+
+    # two instances of one class share their code: the name must come from the instance that raised
+    nx.register(Gate(lambda call: None), name="policy.fine")
+    nx.register(Gate(explode), name="policy.broken")
+    nx.register(Gate(lambda call: None), name="policy.also_fine")
+    result = nx.invoke("echo")
+    assert result.error_kind == "vetoed"
+    assert result.error == ("vetoed: gate 'policy.broken' failed (RuntimeError: policy store unreachable); "
+                            "the call is refused")
+    assert result.metadata["vetoed_by"] == "policy.broken"
+
+
+@pytest.mark.parametrize("answer", [True, "no", {"arguments": {}}])
+def test_nexus_before_tool_invoke_returning_something_else_is_a_veto(nx: Nexus, answer: Any) -> None:
+    nx.register(Gate(lambda call: answer), name="sloppy")
+    result = nx.invoke("echo")
+    assert result.error == f"vetoed: gate 'sloppy' returned {type(answer).__name__}, not Veto, Rewrite or None"
+
+
+def test_nexus_before_tool_invoke_rewrite_reaches_the_handler_and_observers(nx: Nexus, recorder: Recorder) -> None:
+    def add_limit(call: ToolCall) -> Rewrite | None:
+        if "limit" not in call.arguments:
+            return Rewrite({**call.arguments, "limit": 10}, reason="default limit")
+        return None
+
+    nx.register(Gate(add_limit))
+    result = nx.invoke(ToolCall(id="c1", name="echo", arguments={"q": "x"}))
+    assert result.output_structured == {"q": "x", "limit": 10}
+    assert [c.arguments for c in recorder.invoked] == [{"q": "x", "limit": 10}]
+    assert recorder.results[-1][0].arguments == {"q": "x", "limit": 10} and recorder.results[-1][0].id == "c1"
+
+
+def test_nexus_before_tool_invoke_gates_all_rerun_on_a_rewritten_call(nx: Nexus) -> None:
+    rewriter = Gate(lambda call: Rewrite({"path": "/etc/passwd"}))
+    guard = Gate(lambda call: Veto("no /etc") if call.arguments.get("path", "").startswith("/etc") else None)
+    nx.register(guard)
+    nx.register(rewriter)
+    result = nx.invoke("echo", {"path": "notes.txt"})
+    assert result.error == "vetoed: no /etc"
+    assert guard.seen == [{"path": "notes.txt"}, {"path": "/etc/passwd"}]
+    assert rewriter.seen == [{"path": "notes.txt"}, {"path": "/etc/passwd"}]
+
+
+def test_nexus_before_tool_invoke_conflicting_rewrites_are_refused(nx: Nexus) -> None:
+    nx.register(Gate(lambda call: Rewrite({"a": 1})), name="rw.one")
+    nx.register(Gate(lambda call: Rewrite({"a": 2})), name="rw.two")
+    result = nx.invoke("echo", {"a": 0})
+    assert result.error_kind == "vetoed"
+    assert result.error in (
+        "vetoed: gates rewrote the arguments in conflicting ways ('rw.two' and 'rw.one')",
+        "vetoed: gates rewrote the arguments in conflicting ways ('rw.one' and 'rw.two')",
+    )
+
+
+def test_nexus_before_tool_invoke_agreeing_rewrites_are_applied_once(nx: Nexus) -> None:
+    one, two = Gate(lambda call: Rewrite({"a": 1})), Gate(lambda call: Rewrite({"a": 1}))
+    nx.register(one)
+    nx.register(two)
+    assert nx.invoke("echo", {"a": 0}).output_structured == {"a": 1}
+    assert one.seen == [{"a": 0}, {"a": 1}]
+
+
+def test_nexus_before_tool_invoke_rewritten_arguments_are_validated(nx: Nexus) -> None:
+    nx.register(Gate(lambda call: Rewrite({"items": [{"name": 5}]})))
+    result = nx.invoke("items", {"items": []})
+    assert result.error == "invalid arguments for items: items[0].name: expected string, got 5"
+
+
+def test_nexus_before_tool_invoke_endless_rewriting_is_refused(nx: Nexus) -> None:
+    nx.register(Gate(lambda call: Rewrite({"n": call.arguments.get("n", 0) + 1})))
+    result = nx.invoke("echo", {"n": 0})
+    assert result.error == "vetoed: gates still rewriting after 8 rounds"
+
+
+def test_nexus_before_tool_invoke_rewrite_to_a_non_object_is_refused(nx: Nexus) -> None:
+    nx.register(Gate(lambda call: Rewrite(["not", "an", "object"])), name="rw")  # type: ignore[arg-type]
+    assert nx.invoke("echo").error == "vetoed: gate 'rw' rewrote the arguments to list, not an object"
+
+
+def test_nexus_before_tool_invoke_wrappers_still_wrap_gates(nx: Nexus) -> None:
+    calls: list[list[Any]] = []
+
+    class Audit:
+        @hookimpl(wrapper=True)
+        def nexus_before_tool_invoke(self, call: ToolCall) -> Any:
+            outcomes = yield
+            calls.append(list(outcomes))
+            return outcomes
+
+    class Override:
+        @hookimpl(wrapper=True)
+        def nexus_before_tool_invoke(self, call: ToolCall) -> Any:
+            outcomes = yield
+            return [*outcomes, Veto("the wrapper says no")]
+
+    nx.register(Gate(lambda call: None))
+    nx.register(Audit())
+    assert not nx.invoke("echo").is_error and calls == [[]]
+    nx.register(Override())
+    result = nx.invoke("echo")
+    assert result.error == "vetoed: the wrapper says no" and result.metadata["vetoed_by"] == "a hook wrapper"
+
+
+# -- result gates -----------------------------------------------------------------------------
+
+
+def test_nexus_before_tool_result_veto_withholds_the_result(nx: Nexus, recorder: Recorder) -> None:
+    nx.register(ResultGate(lambda call, result: Veto("contains a secret") if "secret" in result.output else None),
+                name="dlp")
+    assert nx.invoke("echo", {"v": "public"}).is_error is False
+    result = nx.invoke("echo", {"v": "secret"})
+    assert (result.error, result.error_kind, result.metadata["vetoed_by"]) == (
+        "vetoed: contains a secret", "vetoed", "dlp")
+    assert recorder.results[-1][1] == result  # observers see the final result, not the withheld one
+
+
+def test_nexus_before_tool_result_replacement_belongs_to_the_call(nx: Nexus) -> None:
+    seen: list[str] = []
+
+    def redact(call: ToolCall, result: ToolResult) -> ToolResult:
+        seen.append(result.output)
+        # built from scratch, with its own id, every time: it is still this call's result, and the
+        # second round's (equal) replacement is no change
+        return ToolResult(id="whatever", name="other", output=result.output.replace("secret", "[redacted]"))
+
+    nx.register(ResultGate(redact))
+    result = nx.invoke(ToolCall(id="c7", name="echo", arguments={"v": "secret"}))
+    assert (result.id, result.name, result.output) == ("c7", "echo", '{"v": "[redacted]"}')
+    assert seen == ['{"v": "secret"}', '{"v": "[redacted]"}']  # re-gated once, then stable
+
+
+def test_nexus_before_tool_result_conflicting_replacements_are_refused(nx: Nexus) -> None:
+    nx.register(ResultGate(lambda call, result: ToolResult(id=call.id, name=call.name, output="A")), name="r.a")
+    nx.register(ResultGate(lambda call, result: ToolResult(id=call.id, name=call.name, output="B")), name="r.b")
+    result = nx.invoke("echo")
+    assert result.error_kind == "vetoed"
+    assert result.error in ("vetoed: result gates replaced the result in conflicting ways ('r.b' and 'r.a')",
+                            "vetoed: result gates replaced the result in conflicting ways ('r.a' and 'r.b')")
+
+
+def test_nexus_before_tool_result_gate_that_raises_withholds_the_result(nx: Nexus) -> None:
+    def explode(call: ToolCall, result: ToolResult) -> None:
+        raise OSError("audit disk full")
+
+    nx.register(ResultGate(explode), name="audit")
+    result = nx.invoke("echo", {"v": 1})
+    assert result.error == "vetoed: result gate 'audit' failed (OSError: audit disk full); the result is withheld"
+    assert "1" not in result.output
+
+
+def test_nexus_before_tool_result_sees_errors_too(nx: Nexus, recorder: Recorder) -> None:
+    nx.register(Gate(lambda call: Veto("no")))
+    nx.invoke("echo")
+    nx.invoke("nope")
+    assert [r.error_kind for r in recorder.result_gate_saw] == ["vetoed", "unknown_tool"]
+
+
+# -- observers --------------------------------------------------------------------------------
+
+
+def test_nexus_tool_invoke_sees_only_calls_that_passed_gates_and_validation(nx: Nexus, recorder: Recorder) -> None:
+    nx.register(Gate(lambda call: Veto("no") if call.arguments.get("deny") else None))
+    nx.invoke(ToolCall(id="ok", name="echo"))
+    nx.invoke(ToolCall(id="denied", name="echo", arguments={"deny": True}))
+    nx.invoke(ToolCall(id="invalid", name="items", arguments={}))
+    nx.invoke(ToolCall(id="unknown", name="nope"))
+    assert [c.id for c in recorder.invoked] == ["ok"]
+
+
+def test_nexus_tool_result_sees_every_result_errors_included(nx: Nexus, recorder: Recorder) -> None:
+    nx.register(Gate(lambda call: Veto("no") if call.arguments.get("deny") else None))
+    nx.add_tool(native_tool("boom", run=lambda a: 1 / 0))
+    results = [
+        nx.invoke(ToolCall(id="ok", name="echo")),
+        nx.invoke(ToolCall(id="denied", name="echo", arguments={"deny": True})),
+        nx.invoke(ToolCall(id="invalid", name="items", arguments={})),
+        nx.invoke(ToolCall(id="unknown", name="nope")),
+        nx.invoke(ToolCall(id="raised", name="boom")),
+    ]
+    assert [r for _, r in recorder.results] == results
+    assert [(c.id, r.error_kind) for c, r in recorder.results] == [
+        ("ok", None), ("denied", "vetoed"), ("invalid", "invalid_arguments"), ("unknown", "unknown_tool"),
+        ("raised", "exception"),
+    ]
+
+
+def test_nexus_tool_register_sees_every_tool_at_start_and_later() -> None:
+    recorder = Recorder()
+
+    class Giver:
+        @hookimpl
+        def nexus_register_tools(self, register: Any) -> None:
+            register(echo_tool("given"))
+
+    with Nexus(autoload=False, plugins=[recorder, Giver()], tools=[echo_tool("direct")]) as nexus:
+        nexus.add_tool(echo_tool("later"))
+        nexus.register(echo_tool("via_register"))
+        assert recorder.registered == ["given", "direct", "later", "via_register"]
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+@pytest.mark.parametrize("hook", ["nexus_tool_register", "nexus_tool_invoke", "nexus_tool_result"])
+def test_a_raising_observer_does_not_silence_the_others(hook: str, bad_first: bool, caplog: pytest.LogCaptureFixture) -> None:
+    class Bad:
+        @hookimpl
+        def nexus_tool_register(self) -> None:
+            raise RuntimeError("observer bug")
+
+        @hookimpl
+        def nexus_tool_invoke(self) -> None:
+            raise RuntimeError("observer bug")
+
+        @hookimpl
+        def nexus_tool_result(self) -> None:
+            raise RuntimeError("observer bug")
+
+    good = Recorder()
+    plugins = [Bad(), good] if bad_first else [good, Bad()]
+    with caplog.at_level(logging.ERROR, logger="nexus_core"):
+        with Nexus(autoload=False, plugins=plugins, tools=[echo_tool()]) as nexus:
+            result = nexus.invoke("echo", {"x": 1})
+    assert not result.is_error and result.output_structured == {"x": 1}  # the result is untouched
+    assert good.registered == ["echo"] and len(good.invoked) == 1 and len(good.results) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"plugin 'Bad' raised in {hook}; the other observers still run" in messages
+    assert all(r.exc_info for r in caplog.records)  # with the traceback
+
+
+def test_observer_hooks_fired_by_other_code_are_contained_too(caplog: pytest.LogCaptureFixture) -> None:
+    """run_code fires nexus_code_exec_* itself, through `nx.hook`: the same containment applies."""
+    seen: list[Any] = []
+
+    class Bad:
+        @hookimpl
+        def nexus_code_exec_stdout(self, chunk: Any) -> None:
+            raise ValueError("bad")
+
+    class Good:
+        @hookimpl
+        def nexus_code_exec_stdout(self, chunk: Any) -> None:
+            seen.append(chunk)
+
+    with Nexus(autoload=False, plugins=[Good(), Bad()]) as nexus:
+        nexus.hook.nexus_code_exec_stdout(chunk="hello")
+    assert seen == ["hello"]
