@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_registers_seven_tools_with_strict_schemas(files: Nexus) -> None:
 
 
 def test_output_structured_matches_each_output_schema(files: Nexus, nexus_workspace: Path) -> None:
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]
 
     (nexus_workspace / "a.txt").write_text("hello\n")
     calls = [
@@ -38,7 +39,9 @@ def test_output_structured_matches_each_output_schema(files: Nexus, nexus_worksp
     ]
     for name, arguments in calls:
         result = assert_ok(files.invoke(name, arguments))
-        jsonschema.validate(result.output_structured, files.tool(name).output_schema)
+        tool = files.tool(name)
+        assert tool is not None and tool.output_schema is not None
+        jsonschema.validate(result.output_structured, tool.output_schema)
 
 
 def test_read_only_removes_the_writing_tools(nexus_factory: NexusFactory, nexus_workspace: Path) -> None:
@@ -61,7 +64,7 @@ def test_bad_config_is_an_error_naming_the_key(nexus_factory: NexusFactory) -> N
 
 
 @pytest.mark.slow
-def test_installs_alone_beside_nexus_core(fresh_venv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> None:
     venv = fresh_venv("nexus-core", "nexus-tool-file")
     tools = venv.run("nexus", "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
@@ -77,3 +80,9 @@ def test_installs_alone_beside_nexus_core(fresh_venv, tmp_path: Path) -> None:  
     assert json.loads(call.stdout)["output_structured"]["content"] == "hello\n"
     outside = venv.run("nexus", "--workspace", str(workspace), "call", "read", '{"path": "../ws2/x"}', cwd=tmp_path)
     assert outside.returncode == 1 and "../ws2/x: outside the workspace" in outside.stderr
+
+
+def test_mcp_hints_say_which_tools_only_read(files: Nexus) -> None:
+    hints = {t["name"]: t.get("annotations", {}) for t in files.schemas("mcp")}
+    assert {name for name, h in hints.items() if h.get("readOnlyHint")} == {"read", "list", "glob", "grep"}
+    assert {name for name, h in hints.items() if h.get("destructiveHint")} == {"write", "edit", "apply_patch"}

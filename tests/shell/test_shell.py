@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_cli_call_reports_stdout_stderr_and_exit_code(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(NEXUS_CLI), "--workspace", str(workspace), "call", "shell",
          '{"command": "echo hi; echo err >&2; exit 3"}', "--json"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=30,
+        check=False, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=30,
     )
     assert proc.returncode == 0, proc.stderr  # a non-zero exit is a result, not a failed call
     result = json.loads(proc.stdout)
@@ -97,7 +98,8 @@ def test_bash_is_the_same_tool_and_aliases_are_configurable(nexus_factory: Nexus
     nx = nexus_factory(plugins=["nexus.tool.shell"])
     assert {t.name for t in nx.tools()} == {"shell", "bash"}
     assert_ok(nx.invoke("bash", {"command": "echo $((6 * 7))"}), "42")
-    assert nx.tool("bash").output_schema == nx.tool("shell").output_schema
+    bash, shell_tool = nx.tool("bash"), nx.tool("shell")
+    assert bash is not None and shell_tool is not None and bash.output_schema == shell_tool.output_schema
     bare = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"aliases": []}}})
     assert [t.name for t in bare.tools()] == ["shell"]
 
@@ -155,7 +157,8 @@ def test_timeout_above_the_configured_maximum_is_refused(nexus_factory: NexusFac
 
 def test_a_default_timeout_above_the_maximum_is_reported_as_a_plugin_failure(nexus_factory: NexusFactory) -> None:
     nx = nexus_factory(plugins=["nexus.tool.shell"],
-                       config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 9}}})
+                       config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 9}}},
+                       allow_failures=True)
     assert nx.tool("shell") is None
     assert any(f.name == "nexus.tool.shell" and "max_timeout_seconds" in f.error for f in nx.failures)
 
@@ -243,6 +246,11 @@ def test_schemas_are_strict(shell: Nexus) -> None:
     assert set(tool.output_schema["required"]) >= {"stdout", "stderr", "exit_code", "timed_out"}
 
 
+def test_mcp_hints_mark_the_shell_as_destructive(shell: Nexus) -> None:
+    for entry in shell.schemas("mcp"):
+        assert entry["annotations"] == {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}
+
+
 def test_unknown_config_key_is_a_config_error(nexus_factory: NexusFactory) -> None:
     from nexus_core import ConfigError
 
@@ -251,11 +259,11 @@ def test_unknown_config_key_is_a_config_error(nexus_factory: NexusFactory) -> No
 
 
 @pytest.mark.slow
-def test_installs_alone_beside_nexus_core(fresh_venv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> None:
     venv = fresh_venv("nexus-core", "nexus-tool-shell")
     tools = venv.run("nexus", "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
     listed = {line.split()[0]: line.split()[1] for line in tools.stdout.splitlines()}
-    assert listed == {"bash": "nexus.tool.shell", "shell": "nexus.tool.shell"}
+    assert {name for name, plugin in listed.items() if plugin == "nexus.tool.shell"} == {"shell", "bash"}
     call = venv.run("nexus", "--workspace", str(tmp_path), "call", "shell", '{"command": "echo hi"}', cwd=tmp_path)
     assert (call.returncode, call.stdout) == (0, "hi\n"), call.stderr

@@ -72,5 +72,7 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     for name, handler, description, input_schema, output_schema, writes in TOOLS:
         if writes and settings.read_only:
             continue  # removed, not refused: the model is never offered a tool it may not use
+        # MCP's tool hints, for hosts that show or gate on them: writers may overwrite files.
+        hints = {"readOnlyHint": not writes, **({"destructiveHint": True} if writes else {})}
         register(ToolDef(name=name, handler=bind(handler, workspace, settings), description=description,
-                         input_schema=input_schema, output_schema=output_schema))
+                         input_schema=input_schema, output_schema=output_schema, annotations=hints))

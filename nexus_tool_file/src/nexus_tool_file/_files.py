@@ -197,7 +197,8 @@ EDIT_DESCRIPTION = (
 
 
 def _line_numbers(text: str, needle: str, most: int = 10) -> list[int]:
-    numbers, start = [], text.find(needle)
+    numbers: list[int] = []
+    start = text.find(needle)
     while start != -1 and len(numbers) < most:
         numbers.append(text.count("\n", 0, start) + 1)
         start = text.find(needle, start + len(needle))

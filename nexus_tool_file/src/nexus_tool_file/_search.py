@@ -227,15 +227,16 @@ def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
     shown = ws.show(base)
     if not base.exists():
         raise FileToolError(f"{shown}: no such file or folder")
-    include: str | None = arguments.get("include")
+    include: str = arguments.get("include", "")
     include_regex = compile_glob(include) if include else None
+    include_by_name = "/" not in include  # `*.py` names files; `src/**/*.py` places them
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
     files = [base] if base.is_file() else ws.walk_files(base, settings.exclude)
 
     matches: list[dict[str, Any]] = []
     for file in files:
         if include_regex is not None:
-            subject = file.name if "/" not in include else file.relative_to(base).as_posix()
+            subject = file.name if include_by_name else file.relative_to(base).as_posix()
             if not include_regex.match(subject):
                 continue
         shown_file = file.relative_to(ws.root).as_posix()

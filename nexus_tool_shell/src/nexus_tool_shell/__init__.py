@@ -209,8 +209,12 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     handler = make_handler(config, nexus.config.workspace)
     schema = input_schema(config["timeout_seconds"], config["max_timeout_seconds"])
     text = description(config["max_output_bytes"])
+    # MCP's tool hints: a command can change anything, and reach beyond the machine.
+    hints = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}
     register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
-                     output_schema=OUTPUT_SCHEMA))
+                     output_schema=OUTPUT_SCHEMA, annotations=hints))
+    # Aliases are separate registrations of the same handler: a gate that should cover the shell
+    # matches `tool.plugin == "nexus.tool.shell"`, not one name (docs/writing-a-gate.md).
     for alias in config["aliases"]:
         register(ToolDef(name=alias, handler=handler, description=f"{text}\n(Same tool as `shell`.)",
-                         input_schema=schema, output_schema=OUTPUT_SCHEMA))
+                         input_schema=schema, output_schema=OUTPUT_SCHEMA, annotations=hints))
