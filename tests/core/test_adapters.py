@@ -12,8 +12,6 @@ from typing import Any, Literal
 import attrs
 import jsonschema
 import pytest
-
-from nexus_core import Nexus, ToolCall, ToolResult, failure, native_tool, tool, toolkit
 from nexus_core.adapters import (
     FORMATS,
     format_tool_result,
@@ -23,6 +21,8 @@ from nexus_core.adapters import (
     to_provider_schemas,
 )
 from nexus_core.cli import main as cli_main
+
+from nexus_core import Nexus, ToolCall, ToolResult, failure, native_tool, tool, toolkit
 
 DATA = Path(__file__).parent / "data" / "providers"
 SHAPES: dict[str, Any] = json.loads((DATA / "shapes.json").read_text(encoding="utf-8"))

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_core.builtins.todo import Todo, todos
 
 from nexus_core import Nexus, ToolCall, hookimpl
-from nexus_core.builtins.todo import Todo, todos
 
 ALL_STATUSES = [
     {"content": "read the issue", "status": "completed", "id": "1", "priority": "high"},

@@ -32,7 +32,7 @@ def test_docs_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.M
     for line, code in blocks:
         # padding with newlines makes a traceback's line number the line in the .md file
         compiled = compile("\n" * (line - 1) + code, str(DOCS / page), "exec")
-        exec(compiled, namespace)
+        exec(compiled, namespace)  # noqa: S102 (running the docs' own examples is the point)
     capsys.readouterr()  # the examples print; only their asserts matter
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import attrs
 import pytest
+from nexus_core._native import parse_docstring, schema_for_type
 
 from nexus_core import (
     CallContext,
@@ -26,7 +27,6 @@ from nexus_core import (
     tool,
     toolkit,
 )
-from nexus_core._native import parse_docstring, schema_for_type
 
 UPPER_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 
@@ -270,8 +270,9 @@ def test_containers() -> None:
 
 def test_optional_and_unions() -> None:
     @tool
-    def f(a: Optional[str], b: int | None = None, c: str | int = "x", d: Optional[list[str]] = None,
-          e: Literal["x", "y"] | None = None) -> None: ...
+    # both spellings of optional, on purpose
+    def f(a: Optional[str], b: int | None = None, c: str | int = "x",  # noqa: UP045
+          d: Optional[list[str]] = None, e: Literal["x", "y"] | None = None) -> None: ...  # noqa: UP045
 
     props = schema_of(f)["properties"]
     assert props["a"] == {"type": ["string", "null"]}
@@ -285,7 +286,7 @@ def test_optional_and_unions() -> None:
 
 def test_a_none_default_admits_null_even_without_optional() -> None:
     @tool
-    def f(limit: int = None) -> str:  # type: ignore[assignment]
+    def f(limit: int = None) -> str:  # type: ignore[assignment]  # noqa: RUF013 (on purpose)
         return repr(limit)
 
     assert schema_of(f)["properties"]["limit"] == {"type": ["integer", "null"], "default": None}

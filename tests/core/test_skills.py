@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nexus_core import Nexus, SkillContent, hookimpl
 from nexus_core.cli import main as cli_main
 from nexus_core.skills import (
     SkillError,
@@ -25,6 +23,8 @@ from nexus_core.skills import (
     skill_set,
     skills_prompt,
 )
+
+from nexus_core import Nexus, SkillContent, hookimpl
 
 PDF = """---
 name: pdf

@@ -378,9 +378,8 @@ def _context_param(sig: inspect.Signature, hints: dict[str, Any], ctx: bool | No
         if ctx is False:
             raise TypeError(f"@tool {where}: parameter {annotated[0]!r} is annotated CallContext but ctx=False")
         return annotated[0]
-    if "ctx" in sig.parameters:
-        if ctx is True or (ctx is None and "ctx" not in hints):
-            return "ctx"
+    if "ctx" in sig.parameters and (ctx is True or (ctx is None and "ctx" not in hints)):
+        return "ctx"
     if ctx is True:
         raise TypeError(f"@tool {where}: ctx=True, but no parameter is named ctx or annotated CallContext")
     return None
@@ -397,7 +396,8 @@ def _caller_locals() -> dict[str, Any]:
 
 def _type_hints(func: Callable[..., Any], localns: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved type hints of a function, a `functools.partial` or a callable object."""
-    candidates = (func, getattr(func, "func", None), getattr(type(func), "__call__", None))
+    call_method = type(func).__call__ if not inspect.isroutine(func) else None  # a callable object
+    candidates = (func, getattr(func, "func", None), call_method)
     for candidate in candidates:
         if candidate is None:
             continue

@@ -238,21 +238,22 @@ def _gemini(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> dict[s
 # -- tool calls in ------------------------------------------------------------------------------
 
 
-_KIND_NAMES = {str: "a string", Mapping: "a JSON object", dict: "a JSON object", list: "a list"}
+_KIND_NAMES: dict[type, str] = {str: "a string", Mapping: "a JSON object", dict: "a JSON object", list: "a list"}
 
 
 def _need(data: Any, field: str, where: str, kind: type = str, label: str | None = None) -> Any:
     """`data[field]`, or a ValueError naming `where` and the field (`label`, for a nested one)
-    when it is missing or of the wrong type."""
+    when it is missing or of the wrong type. ValueError even for a wrong type: to the caller
+    it is malformed provider JSON, one kind of error for one kind of mistake."""
     label = label or field
     if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004
     if field not in data or data[field] is None:
         raise ValueError(f"{where}: missing field {label!r}")
     value = data[field]
     if not isinstance(value, kind):
-        raise ValueError(f"{where}: field {label!r} must be {_KIND_NAMES.get(kind, kind.__name__)}, "
-                         f"got {type(value).__name__}")
+        expected = _KIND_NAMES.get(kind, kind.__name__)
+        raise ValueError(f"{where}: field {label!r} must be {expected}, got {type(value).__name__}")  # noqa: TRY004
     return value
 
 
@@ -268,7 +269,7 @@ def _arguments(value: Any, field: str, where: str, json_text: bool = False) -> d
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: field {field!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{where}: field {field!r} must be a JSON object, got {type(value).__name__}")
+        raise ValueError(f"{where}: field {field!r} must be a JSON object, got {type(value).__name__}")  # noqa: TRY004
     return value
 
 
@@ -361,7 +362,7 @@ def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ValueError(f"{where} must be a list, got {type(value).__name__}")
+        raise ValueError(f"{where} must be a list, got {type(value).__name__}")  # noqa: TRY004
     return value
 
 

@@ -297,8 +297,8 @@ class SkillSet:
         skills = self.all()
         if not skills:
             return ""
-        lines = ["Skills: call the `skill` tool with a skill's name to load its instructions "
-                 "when a task matches its description."]
+        lines = [("Skills: call the `skill` tool with a skill's name to load its instructions "
+                  "when a task matches its description.")]
         lines += [f"- {s.name}: {s.description}" if s.description else f"- {s.name}" for s in skills]
         return "\n".join(lines)
 
@@ -312,7 +312,8 @@ class SkillSet:
 
 def skill_set(nexus: Nexus) -> SkillSet:
     """The `SkillSet` of `nexus`, created (from `nexus.config.skills`) on first use."""
-    return nexus.plugin_state(STATE_KEY, lambda: SkillSet(nexus, nexus.config.skills))  # type: ignore[no-any-return]
+    state: SkillSet = nexus.plugin_state(STATE_KEY, lambda: SkillSet(nexus, nexus.config.skills))
+    return state
 
 
 def list_skills(nexus: Nexus) -> list[SkillContent]:

@@ -94,7 +94,8 @@ class TodoList:
 
 def todo_list(nexus: Nexus) -> TodoList:
     """The `TodoList` of `nexus`."""
-    return nexus.plugin_state(NEXUS_PLUGIN_ID, TodoList)  # type: ignore[no-any-return]
+    state: TodoList = nexus.plugin_state(NEXUS_PLUGIN_ID, TodoList)
+    return state
 
 
 def todos(nexus: Nexus) -> list[Todo]:
