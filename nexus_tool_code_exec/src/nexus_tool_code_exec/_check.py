@@ -47,7 +47,11 @@ def check_script(
     try:
         tree = ast.parse(source, filename="script.py")
     except SyntaxError as exc:
-        raise ScriptRejected([f"line {exc.lineno or 0}: syntax error: {exc.msg}"]) from None
+        raise ScriptRejected([f"line {exc.lineno or 1}: syntax error: {exc.msg}"]) from None
+    except (RecursionError, MemoryError):
+        # the parser gives up on deep nesting with these, not a SyntaxError; without this the
+        # model would get a bare "MemoryError" from the tool instead of a rejection
+        raise ScriptRejected(["line 1: the script is too deeply nested to parse"]) from None
 
     allowed = set(allowed_packages)
     if reject_threads:
