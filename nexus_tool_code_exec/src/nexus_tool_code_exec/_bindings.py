@@ -19,16 +19,23 @@ import attrs
 from nexus_core import ToolDef
 
 #: names the runtime defines in `tools`; a tool or class may not take them
-RUNTIME_NAMES = frozenset({"Result", "ToolError", "ToolVetoed", "ToolFailed", "attrs", "Any", "Literal"})
+RUNTIME_NAMES = frozenset({"Result", "ToolError", "ToolVetoed", "ToolFailed", "attrs", "Any", "Literal", "_call"})
+#: names the generated annotations use. A field that takes one binds it in the class body (its
+#: default, or its `attrs.field(...)`), and every later annotation of that class would see that
+#: value instead of the type: `str | None` would become `None | None` and the module would fail.
+ANNOTATION_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict"})
 _NON_IDENT = re.compile(r"\W")
 
 
-def py_identifier(name: str, taken: set[str] | None = None) -> str:
-    """A valid, non-keyword Python identifier for `name`, unique within `taken` (then added)."""
+def py_identifier(name: str, taken: set[str] | None = None, reserved: frozenset[str] = RUNTIME_NAMES) -> str:
+    """A valid, non-keyword Python identifier for `name`, unique within `taken` (then added).
+
+    Soft keywords (`match`, `case`, `type`, `_`) are valid names wherever the bindings put
+    them, so they are kept as they are."""
     ident = _NON_IDENT.sub("_", name) or "_"
     if ident[0].isdigit():
         ident = "_" + ident
-    if keyword.iskeyword(ident) or keyword.issoftkeyword(ident) or ident in RUNTIME_NAMES:
+    if keyword.iskeyword(ident) or ident in reserved:
         ident += "_"
     if ident.startswith("__"):
         ident = "f" + ident
@@ -54,9 +61,11 @@ def _one_line(text: str, limit: int = 100) -> str:
 
 
 def _doc(text: str, indent: str) -> str:
-    text = text.strip().replace('"""', "'''").replace("\\", "\\\\")
+    text = text.strip().replace("\\", "\\\\").replace('"""', "'''")
     if not text:
         return ""
+    if text.endswith('"'):  # `"""Say "hi""""` does not compile
+        text = text[:-1] + '\\"'
     if "\n" not in text:
         return f'{indent}"""{text}"""\n'
     return f'{indent}"""\n{textwrap.indent(text, indent)}\n{indent}"""\n'
@@ -67,6 +76,8 @@ class _Class:
     name: str
     description: str
     fields: list[tuple[str, str, str, bool, str]]  # (attr name, json name, type, required, desc)
+    #: set for a type alias (`SearchResult = list[str]`) instead of a class
+    alias_of: str | None = None
 
 
 @attrs.define
@@ -138,7 +149,7 @@ class _Generator:
         taken: set[str] = set()
         fields = []
         for json_name, sub in (schema.get("properties") or {}).items():
-            attr = py_identifier(json_name, taken)
+            attr = py_identifier(json_name, taken, reserved=RUNTIME_NAMES | ANNOTATION_NAMES)
             typ = self.py_type(sub, (*hint, json_name))
             desc = sub.get("description", "") if isinstance(sub, dict) else ""
             fields.append((attr, json_name, typ, json_name in required, desc))
@@ -146,7 +157,19 @@ class _Generator:
         self.classes.append(_Class(name, schema.get("description", ""), fields))
         return name
 
+    def alias(self, type_text: str, *hint: str) -> str:
+        """A generated name for a type that is not a generated class (`SearchResult = list[str]`).
+        Function signatures and bodies then name only generated names, so a tool function
+        called `list` or `str` cannot shadow a type that a later function needs."""
+        if type_text in self.class_names:
+            return type_text
+        name = self.new_class_name(*hint)
+        self.classes.append(_Class(name, "", [], alias_of=type_text))
+        return name
+
     def render_class(self, cls: _Class, stub: bool) -> str:
+        if cls.alias_of is not None:
+            return f"{cls.name} = {cls.alias_of}"
         out = ["@attrs.define(kw_only=True)", f"class {cls.name}:"]
         doc = _doc(cls.description if not stub else _one_line(cls.description), "    ")
         if doc:
@@ -155,9 +178,16 @@ class _Generator:
             if not required and typ not in ("Any", "None") and not typ.endswith("| None"):
                 typ += " | None"
             renamed = attr != json_name
-            if renamed and not stub:
-                default = "" if required else "default=None, "
-                line = f"    {attr}: {typ} = attrs.field({default}metadata={{'json': {json_name!r}}})"
+            # attrs drops a leading underscore from the __init__ keyword (`_id` becomes `id`, and
+            # `_2fa` becomes `2fa`, which does not compile): keep the name the stubs show
+            private = attr.startswith("_")
+            if (renamed or private) and not stub:
+                opts = [] if required else ["default=None"]
+                if private:
+                    opts.append(f"alias={attr!r}")
+                if renamed:
+                    opts.append(f"metadata={{'json': {json_name!r}}}")
+                line = f"    {attr}: {typ} = attrs.field({', '.join(opts)})"
             else:
                 line = f"    {attr}: {typ}" + ("" if required else " = None")
             if stub and renamed:
@@ -174,13 +204,10 @@ def generate(tools: Iterable[ToolDef], skip: Iterable[str] = ()) -> Bindings:
     """Bindings for `tools`, leaving out the names in `skip` (run_code itself)."""
     skip_set = set(skip)
     gen = _Generator()
-    funcs: list[tuple[str, str, str, str, str]] = []  # (py name, tool name, args cls, result type, doc)
-    taken: set[str] = set(RUNTIME_NAMES)
-    mapping: dict[str, str] = {}
+    typed: list[tuple[ToolDef, str, str]] = []  # (tool, args class, result type)
     for tool in sorted(tools, key=lambda t: t.name):
         if tool.name in skip_set:
             continue
-        fname = py_identifier(tool.name, taken)
         schema = dict(tool.input_schema or {"type": "object"})
         schema.setdefault("type", "object")
         if not schema.get("properties"):
@@ -188,9 +215,18 @@ def generate(tools: Iterable[ToolDef], skip: Iterable[str] = ()) -> Bindings:
         schema.pop("description", None)
         args_cls = gen.object_class(schema, (tool.name, "args"))
         if tool.output_schema is not None:
-            result_type = gen.py_type(tool.output_schema, (tool.name, "result"))
+            result_type = gen.alias(gen.py_type(tool.output_schema, (tool.name, "result")), tool.name, "result")
         else:
             result_type = "Result"
+        typed.append((tool, args_cls, result_type))
+
+    # the functions come after every class and alias, and may not take their names (a tool
+    # called `EchoArgs` would replace the class that `echo` needs)
+    funcs: list[tuple[str, str, str, str, str]] = []  # (py name, tool name, args cls, result type, doc)
+    taken: set[str] = set(RUNTIME_NAMES) | gen.class_names
+    mapping: dict[str, str] = {}
+    for tool, args_cls, result_type in typed:
+        fname = py_identifier(tool.name, taken)
         funcs.append((fname, tool.name, args_cls, result_type, tool.description))
         mapping[fname] = tool.name
 

@@ -298,7 +298,7 @@ def compile_bindings(source: str) -> types.ModuleType:
     sys.modules["_nexus_rt"] = sys.modules[__name__]
     tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
     tools.__file__ = "tools.py"
-    exec(compile(source, "tools.py", "exec"), tools.__dict__)
+    exec(compile(source, "tools.py", "exec", dont_inherit=True), tools.__dict__)
     return tools
 
 
@@ -318,7 +318,7 @@ def install_modules(start: dict[str, Any]) -> None:
         mod = types.ModuleType(f"skills.{name}")
         mod.__file__ = f"skills/{name}/__init__.py"
         for filename, source in files:
-            exec(compile(source, f"skills/{name}/{filename}", "exec"), mod.__dict__)
+            exec(compile(source, f"skills/{name}/{filename}", "exec", dont_inherit=True), mod.__dict__)
         sys.modules[f"skills.{name}"] = mod
         setattr(skills_pkg, name, mod)
 
@@ -336,7 +336,7 @@ def run_script(channel: Channel, start: dict[str, Any]) -> dict[str, Any]:
         install_modules(start)
         module = types.ModuleType("__script__")
         module.__file__ = SCRIPT_FILENAME
-        code = compile(start["script"], SCRIPT_FILENAME, "exec")
+        code = compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
         exec(code, module.__dict__)
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
