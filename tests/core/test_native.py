@@ -670,3 +670,43 @@ def test_a_plain_function_registers_without_the_decorator() -> None:
     tk = toolkit([add])
     assert tk.tool("add").description == "Add two numbers."
     assert execute(tk, "add", {"a": 2, "b": 3}).output == "5"
+
+
+def test_paths_dates_and_uuids_travel_as_strings() -> None:
+    import datetime
+    import uuid
+    from pathlib import Path
+
+    seen: dict[str, Any] = {}
+
+    @tool
+    def f(where: Path, when: datetime.date, at: datetime.datetime, ident: uuid.UUID,
+          since: datetime.date = datetime.date(2024, 1, 1)) -> None:
+        seen.update(locals())
+
+    props = schema_of(f)["properties"]
+    assert props["where"] == {"type": "string"}
+    assert props["when"] == {"type": "string", "format": "date"}
+    assert props["at"] == {"type": "string", "format": "date-time"}
+    assert props["ident"] == {"type": "string", "format": "uuid"}
+    assert props["since"] == {"type": "string", "format": "date", "default": "2024-01-01"}
+    tk = toolkit([f])
+    result = execute(tk, "f", {"where": "a/b.txt", "when": "2024-05-01", "at": "2024-05-01T10:30:00+00:00",
+                               "ident": "12345678-1234-5678-1234-567812345678"})
+    assert not result.is_error, result.error
+    assert seen["where"] == Path("a/b.txt")
+    assert seen["when"] == datetime.date(2024, 5, 1)
+    assert seen["at"] == datetime.datetime(2024, 5, 1, 10, 30, tzinfo=datetime.UTC)
+    assert seen["ident"] == uuid.UUID("12345678-1234-5678-1234-567812345678")
+    bad = execute(tk, "f", {"where": "x", "when": "May 1st", "at": "2024-05-01T10:30:00+00:00",
+                            "ident": "12345678-1234-5678-1234-567812345678"})
+    assert bad.is_error and "when" in bad.error
+
+
+def test_a_duplicate_of_a_tool_function_names_the_function() -> None:
+    @tool
+    def twin() -> str:
+        return "a"
+
+    with pytest.raises(ToolRegistrationError, match=r"tools\[0\] \(ToolDef with handler .*<locals>\.twin\)"):
+        toolkit([twin.__nexus_tool__, twin])

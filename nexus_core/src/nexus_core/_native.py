@@ -9,14 +9,17 @@ tool, so gates, argument validation and result normalisation apply to native too
 from __future__ import annotations
 
 import collections.abc
+import datetime
 import enum
 import functools
 import inspect
 import json
+import pathlib
 import re
 import sys
 import types
 import typing
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -37,6 +40,20 @@ _SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections
               collections.abc.Set, collections.abc.MutableSet, collections.abc.Iterable,
               collections.abc.Collection)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+# types that travel as JSON strings, with the JSON Schema format that says so (None: no format);
+# datetime comes before date, its base class
+_STRING_TYPES: tuple[tuple[type, str | None], ...] = (
+    (datetime.datetime, "date-time"), (datetime.date, "date"), (datetime.time, "time"),
+    (uuid.UUID, "uuid"), (pathlib.PurePath, None),
+)
+
+
+def _string_type(tp: Any) -> tuple[type, str | None] | None:
+    if isinstance(tp, type):
+        for cls, fmt in _STRING_TYPES:
+            if issubclass(tp, cls):
+                return cls, fmt
+    return None
 
 
 def sanitize(name: str) -> str:
@@ -180,6 +197,9 @@ def _schema_for(tp: Any, seen: tuple[type, ...], localns: Mapping[str, Any] | No
         raise TypeError(f"cannot describe type {tp!r} as JSON Schema (JSON has no bytes; use str)")
     if tp is str or (isinstance(tp, type) and issubclass(tp, str)):
         return {"type": "string"}
+    as_string = _string_type(tp)
+    if as_string is not None:
+        return {"type": "string", "format": as_string[1]} if as_string[1] else {"type": "string"}
     if tp in _MAPPINGS or origin in _MAPPINGS:
         schema = {"type": "object"}
         if len(args) == 2:
@@ -264,6 +284,10 @@ def _json_value(value: Any) -> tuple[bool, Any]:
         value = unstructure(value)
     elif isinstance(value, (tuple, set, frozenset)):
         value = list(value)
+    elif isinstance(value, (datetime.date, datetime.time)):
+        value = value.isoformat()
+    elif isinstance(value, (uuid.UUID, pathlib.PurePath)):
+        value = str(value)
     try:
         return True, json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
@@ -504,6 +528,7 @@ def tool(
                     break  # the call below raises TypeError naming the missing argument
             return target(*args, **values)
 
+        handler.__nexus_source__ = target  # type: ignore[attr-defined]  # for error messages
         tooldef = ToolDef(
             name=name if name is not None else _tool_name(func),
             handler=handler,
@@ -550,7 +575,7 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return any(value == m.value for m in hint)
-    if hint is str or (isinstance(hint, type) and issubclass(hint, str)):
+    if hint is str or (isinstance(hint, type) and issubclass(hint, str)) or _string_type(hint):
         return isinstance(value, str)
     if hint in _MAPPINGS or origin in _MAPPINGS or (isinstance(hint, type) and attrs.has(hint)):
         return isinstance(value, dict)
@@ -561,7 +586,8 @@ def _fits(value: Any, hint: Any) -> bool:
 
 def _rebuild(value: Any, hint: Any, path: str) -> Any:
     """A validated JSON argument as the type its parameter is annotated with: attrs instances,
-    enum members, tuples and sets are rebuilt, ints become floats where a float is wanted.
+    enum members, tuples, sets, paths, dates and UUIDs are rebuilt, ints become floats where a
+    float is wanted.
     Raises ValueError naming the argument path when the value does not fit."""
     hint, _ = _strip_annotated(hint)
     if hint is Any or hint is object or hint is inspect.Parameter.empty or value is None:
@@ -580,6 +606,15 @@ def _rebuild(value: Any, hint: Any, path: str) -> Any:
             return hint(value)
         except ValueError:
             raise ValueError(f"argument {path}: {value!r} is not a {hint.__name__}") from None
+    as_string = _string_type(hint)
+    if as_string is not None and isinstance(value, str):
+        cls = as_string[0]
+        try:
+            if cls in (datetime.datetime, datetime.date, datetime.time):
+                return hint.fromisoformat(value)
+            return hint(value)
+        except ValueError:
+            raise ValueError(f"argument {path}: {value!r} is not a valid {hint.__name__}") from None
     if isinstance(hint, type) and attrs.has(hint):
         if not isinstance(value, dict):
             raise ValueError(f"argument {path}: expected an object for {hint.__name__}, got {type(value).__name__}")
@@ -617,6 +652,7 @@ def _rebuild(value: Any, hint: Any, path: str) -> Any:
 def _describe_source(obj: Any, index: int) -> str:
     """Where tool number `index` of a toolkit came from, for a duplicate-name error."""
     fn = obj.handler if isinstance(obj, ToolDef) else obj
+    fn = getattr(fn, "__nexus_source__", fn)  # the function @tool described, not its adapter
     fn = getattr(fn, "__wrapped__", fn)
     where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
     if isinstance(obj, ToolDef):
