@@ -119,7 +119,8 @@ GLOB_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "paths": {"type": "array", "items": {"type": "string"},
-                  "description": "matching files, relative to the workspace root, sorted"},
+                  "description": "matching files, relative to the workspace root: each folder's "
+                                 "files by name, then its subfolders'"},
         "truncated": {"type": "boolean", "description": "more files match than were returned"},
     },
     "required": ["paths", "truncated"],
@@ -149,7 +150,7 @@ def glob(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
             if len(found) > limit:
                 break
     truncated = len(found) > limit
-    paths = sorted(found[:limit])
+    paths = found[:limit]
     lines = list(paths)
     if not paths:
         lines.append(f"[no files match {pattern!r} under {shown}]")
