@@ -1,0 +1,578 @@
+"""run_code against its peers, side by side in one run: what a script costs to start, what each
+inner tool call costs, and how a 32 x 50 ms fan-out fares; plus run_code under 20 concurrent
+callers, its memory across many runs, and the sandbox layers that were active.
+
+    .venv/bin/python bench/bench_run_code.py [--quick] [--wait-idle 300] [--peers run_code,monty]
+
+Peers (installed by the root pyproject's `bench` extra: `.venv/bin/pip install -e '.[bench]'`):
+
+- run_code: `Nexus.invoke("run_code", ...)` with one no-op gate plugin registered and the tools
+  having input schemas, so every inner call goes through gates and validation; default settings
+  except max_workers 8 (a warm zygote forks one sandboxed child per script; scripts persisted).
+- smolagents: a fresh `LocalPythonExecutor` per script (its AST interpreter, in this process, with
+  its default 30 s timeout, which runs the code on a worker thread); tools are Python callables.
+- monty: pydantic-monty's `Monty` pool (Rust interpreter in warm worker processes), one checked-out
+  session per script; tools are external functions the script calls.
+- subprocess: a fresh `python -I bench/peers/subproc_child.py` per script (start and exit included);
+  each tool call is a JSON line to this process, which answers it.
+
+Scenarios: a trivial script (`return 1`); 100 sequential calls of a no-op tool; 32 calls of a tool
+that sleeps 50 ms, at most 8 at once (run_code: `parallel.map`; monty: `asyncio.gather` in the
+script, an `AsyncMonty` pool, the host's async tool under `asyncio.Semaphore(8)`; smolagents has no
+parallel primitive, so the host gives it `parallel_map(fn, items)`, a `ThreadPoolExecutor(8)` on the
+host side; subprocess: `parallel_map` in the child with 8 threads, the parent answering on a pool of
+8). Repetitions are interleaved (each round runs every peer once, in a rotating order) so that noise
+from other processes falls on all peers alike. Every result is checked. Not a test: it asserts
+nothing about time.
+
+Writes bench/results/run_code-latest.json (all samples, machine, versions, layers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CHILD = HERE / "peers" / "subproc_child.py"
+RESULTS = HERE / "results" / "run_code-latest.json"
+
+FANOUT_N, FANOUT_SLEEP, FANOUT_WORKERS = 32, 0.05, 8
+NCALLS = 100
+NOOP_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+
+# What each scenario must return, whatever the peer.
+EXPECTED = {"trivial": 1, "calls": NCALLS, "fanout": sum(range(FANOUT_N))}
+
+
+# -- the tools, as plain Python --------------------------------------------------------------
+
+
+def noop(x: int = 0) -> str:
+    return "ok"
+
+
+def sleep50(x: int = 0) -> int:
+    time.sleep(FANOUT_SLEEP)
+    return x
+
+
+# -- the peers -------------------------------------------------------------------------------
+
+
+class Peer:
+    name = ""
+    isolation = ""
+    fanout_how = ""
+
+    def setup(self) -> None: ...
+
+    def run(self, scenario: str) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None: ...
+
+
+class RunCode(Peer):
+    name = "run_code"
+    isolation = "a forked process + the sandbox layers listed"
+    fanout_how = "parallel.map in the script, max_workers 8"
+
+    SCRIPTS: ClassVar[dict[str, str]] = {
+        "trivial": "def run(ctx):\n    return 1\n",
+        "calls": (
+            "import tools\n\n"
+            "def run(ctx):\n"
+            "    n = 0\n"
+            f"    for i in range({NCALLS}):\n"
+            "        n += tools.noop(x=i).output == 'ok'\n"
+            "    return n\n"
+        ),
+        "fanout": (
+            "import tools, parallel\n\n"
+            "def run(ctx):\n"
+            f"    return sum(parallel.map(range({FANOUT_N}), lambda i: int(tools.sleep50(x=i).output)))\n"
+        ),
+    }
+
+    def setup(self) -> None:
+        from nexus_core import Nexus, hookimpl, native_tool
+
+        class NoopGate:
+            @hookimpl
+            def nexus_before_tool_invoke(self, call, tool):  # type: ignore[no-untyped-def]
+                return None
+
+        self.tmp = tempfile.mkdtemp(prefix="bench-run-code-")
+        config = {
+            "workspace": self.tmp,
+            "session_dir": os.path.join(self.tmp, "sessions"),
+            "plugins": {
+                "active": ["nexus.tool.code_exec"],
+                "nexus.tool.code_exec": {"max_workers": FANOUT_WORKERS},
+            },
+        }
+        self.nx = Nexus.from_config(config, plugins=[NoopGate()])
+        self.nx.add_tool(native_tool("noop", "does nothing", NOOP_SCHEMA, lambda a: noop(**a)))
+        self.nx.add_tool(native_tool("sleep50", "sleeps 50 ms, returns x", NOOP_SCHEMA, lambda a: str(sleep50(**a))))
+        self.run("trivial")  # starts the zygote
+
+    def invoke(self, script: str) -> Any:
+        r = self.nx.invoke("run_code", {"script": script})
+        if r.is_error:
+            raise RuntimeError(f"run_code failed: {r.error}")
+        return (r.output_structured or {}).get("result")
+
+    def run(self, scenario: str) -> Any:
+        return self.invoke(self.SCRIPTS[scenario])
+
+    def engine(self) -> Any:
+        import nexus_tool_code_exec
+
+        return nexus_tool_code_exec.engine_for(self.nx)
+
+    def close(self) -> None:
+        self.nx.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Smolagents(Peer):
+    name = "smolagents"
+    isolation = "none: an AST interpreter in the host process"
+    fanout_how = "no parallel primitive: the host's parallel_map(fn, items) on a ThreadPoolExecutor(8)"
+
+    SCRIPTS: ClassVar[dict[str, str]] = {
+        "trivial": "def run():\n    return 1\nrun()",
+        "calls": (
+            "def run():\n"
+            "    n = 0\n"
+            f"    for i in range({NCALLS}):\n"
+            "        n += noop(x=i) == 'ok'\n"
+            "    return n\n"
+            "run()"
+        ),
+        "fanout": f"def run():\n    return sum(parallel_map(sleep50, range({FANOUT_N})))\nrun()",
+    }
+
+    def setup(self) -> None:
+        from smolagents.local_python_executor import LocalPythonExecutor
+
+        self.cls = LocalPythonExecutor
+        self.pool = ThreadPoolExecutor(FANOUT_WORKERS, thread_name_prefix="smol-fanout")
+
+        def parallel_map(fn: Callable[[Any], Any], items: Any) -> list[Any]:
+            return list(self.pool.map(fn, list(items)))
+
+        self.functions = {"noop": noop, "sleep50": sleep50, "parallel_map": parallel_map}
+
+    def run(self, scenario: str) -> Any:
+        executor = self.cls([], additional_functions=self.functions)  # fresh state per script
+        executor.send_tools({})
+        return executor(self.SCRIPTS[scenario]).output
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+class Monty(Peer):
+    name = "monty"
+    isolation = "an interpreter with no OS access (Rust), in a pool of warm worker processes"
+    fanout_how = "asyncio.gather in the script (AsyncMonty); the host's async tool under asyncio.Semaphore(8)"
+
+    SCRIPTS: ClassVar[dict[str, str]] = {
+        "trivial": Smolagents.SCRIPTS["trivial"],
+        "calls": Smolagents.SCRIPTS["calls"],
+        "fanout": (
+            "import asyncio\n\n"
+            "async def run():\n"
+            f"    return sum(await asyncio.gather(*[sleep50(x=i) for i in range({FANOUT_N})]))\n\n"
+            "await run()"
+        ),
+    }
+
+    def setup(self) -> None:
+        import pydantic_monty
+
+        self.pm = pydantic_monty
+        self.pool = pydantic_monty.Monty().__enter__()
+        self.loop = asyncio.new_event_loop()
+        self.apool = self.loop.run_until_complete(self._aenter())
+        self.run("trivial")
+        self.run("fanout")
+
+    async def _aenter(self) -> Any:
+        self.sem = asyncio.Semaphore(FANOUT_WORKERS)
+        return await self.pm.AsyncMonty().__aenter__()
+
+    async def _asleep50(self, x: int = 0) -> int:
+        async with self.sem:
+            await asyncio.sleep(FANOUT_SLEEP)
+        return x
+
+    async def _fanout(self) -> Any:
+        async with self.apool.checkout() as session:
+            return await session.feed_run(self.SCRIPTS["fanout"], external_lookup={"sleep50": self._asleep50})
+
+    def run(self, scenario: str) -> Any:
+        if scenario == "fanout":
+            return self.loop.run_until_complete(self._fanout())
+        with self.pool.checkout() as session:
+            return session.feed_run(self.SCRIPTS[scenario], external_lookup={"noop": noop})
+
+    async def _aexit(self) -> None:
+        await self.apool.__aexit__(None, None, None)
+
+    def close(self) -> None:
+        self.pool.__exit__(None, None, None)
+        self.loop.run_until_complete(self._aexit())
+        self.loop.close()
+
+
+class Subprocess(Peer):
+    name = "subprocess"
+    isolation = "a fresh process, no sandbox"
+    fanout_how = "parallel_map in the child (8 threads); the parent answers on a pool of 8"
+
+    SCRIPTS: ClassVar[dict[str, str]] = {
+        "trivial": "def run():\n    return 1\n",
+        "calls": (
+            "def run():\n"
+            "    n = 0\n"
+            f"    for i in range({NCALLS}):\n"
+            "        n += tools.noop(x=i) == 'ok'\n"
+            "    return n\n"
+        ),
+        "fanout": f"def run():\n    return sum(parallel_map(range({FANOUT_N}), lambda i: int(tools.sleep50(x=i))))\n",
+    }
+    TOOLS: ClassVar[dict[str, Callable[..., Any]]] = {"noop": noop, "sleep50": sleep50}
+
+    def run(self, scenario: str) -> Any:
+        proc = subprocess.Popen([sys.executable, "-I", str(CHILD)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, bufsize=0)
+        assert proc.stdin is not None and proc.stdout is not None
+        wfd = proc.stdin.fileno()
+        reader = os.fdopen(os.dup(proc.stdout.fileno()), "rb", buffering=1 << 16)
+        wlock = threading.Lock()
+        pool: ThreadPoolExecutor | None = None
+
+        def send(msg: dict[str, Any]) -> None:
+            data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+            with wlock:
+                os.write(wfd, data)
+
+        def answer(msg: dict[str, Any]) -> None:
+            try:
+                send({"t": "result", "id": msg["id"], "output": self.TOOLS[msg["name"]](**msg["args"])})
+            except Exception as exc:  # noqa: BLE001
+                send({"t": "result", "id": msg["id"], "error": str(exc)})
+
+        try:
+            send({"script": self.SCRIPTS[scenario]})
+            while True:
+                line = reader.readline()
+                if not line:
+                    raise RuntimeError("the child exited before it finished")
+                msg = json.loads(line)
+                if msg["t"] == "call":
+                    if msg.get("p"):
+                        if pool is None:
+                            pool = ThreadPoolExecutor(FANOUT_WORKERS)
+                        pool.submit(answer, msg)
+                    else:
+                        answer(msg)
+                elif msg["t"] == "done":
+                    return msg["result"]
+                else:
+                    raise RuntimeError(f"child error: {msg.get('message')}")
+        finally:
+            if pool is not None:
+                pool.shutdown()
+            reader.close()
+            proc.stdin.close()
+            proc.stdout.close()
+            proc.kill()
+            proc.wait()
+
+
+PEERS: dict[str, type[Peer]] = {p.name: p for p in (RunCode, Smolagents, Monty, Subprocess)}
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """Nearest-rank percentile (p99 of 10 samples is their maximum)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summary(samples: list[float]) -> dict[str, Any]:
+    return {"n": len(samples), "p50_ms": statistics.median(samples) * 1e3, "p99_ms": percentile(samples, 99) * 1e3,
+            "min_ms": min(samples) * 1e3, "mean_ms": statistics.fmean(samples) * 1e3,
+            "samples_ms": [round(s * 1e3, 4) for s in samples]}
+
+
+def measure(peers: list[Peer], scenario: str, reps: int, warmup: int) -> dict[str, dict[str, Any]]:
+    times: dict[str, list[float]] = {p.name: [] for p in peers}
+    for rnd in range(warmup + reps):
+        k = rnd % len(peers)
+        for peer in peers[k:] + peers[:k]:  # rotate who goes first
+            t0 = time.perf_counter()
+            value = peer.run(scenario)
+            elapsed = time.perf_counter() - t0
+            if value != EXPECTED[scenario]:
+                raise RuntimeError(f"{peer.name} {scenario}: got {value!r}, expected {EXPECTED[scenario]!r}")
+            if rnd >= warmup:
+                times[peer.name].append(elapsed)
+    return {name: summary(samples) for name, samples in times.items()}
+
+
+def rss_kib(pid: int | str = "self") -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+MEMORY_SCRIPT = (
+    "import tools\n\n"
+    "def run(ctx):\n"
+    "    print('run', ctx.call_id)\n"
+    "    return [tools.noop(x=i).output for i in range(3)]\n"
+)
+
+
+def memory_growth(rc: RunCode, checkpoints: list[int]) -> dict[str, Any]:
+    """Host and zygote RSS after 0, ... runs of a script that prints and makes 3 calls."""
+    launcher = rc.engine().launcher()
+    zygote_pid = getattr(launcher, "pid", None)
+    rows = []
+    done = 0
+    t0 = time.perf_counter()
+    for target in checkpoints:
+        while done < target:
+            if rc.invoke(MEMORY_SCRIPT) != ["ok", "ok", "ok"]:
+                raise RuntimeError("memory script: wrong result")
+            done += 1
+        gc.collect()
+        rows.append({"runs": done, "host_rss_kib": rss_kib(),
+                     "zygote_rss_kib": rss_kib(zygote_pid) if zygote_pid else None})
+    if getattr(launcher, "pid", None) != zygote_pid:
+        rows.append({"note": f"the zygote was restarted (pid {zygote_pid} -> {launcher.pid})"})
+    return {"script": MEMORY_SCRIPT, "zygote_pid": zygote_pid, "rows": rows,
+            "seconds": time.perf_counter() - t0}
+
+
+def concurrency(rc: RunCode, n: int = 20) -> dict[str, Any]:
+    """n threads each invoke run_code once at the same moment; every result must be its own."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        script = ("import tools\n\n"
+                  "def run(ctx):\n"
+                  f"    outs = [tools.noop(x={i} * 10 + k).output for k in range(5)]\n"
+                  f"    return {{'i': {i}, 'calls': len(outs), 'ok': outs.count('ok')}}\n")
+        barrier.wait()
+        try:
+            results[i] = rc.invoke(script)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{i}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    correct = sum(1 for i, r in enumerate(results) if r == {"i": i, "calls": 5, "ok": 5})
+    return {"threads": n, "correct": correct, "errors": errors, "wall_ms": wall * 1e3}
+
+
+# -- the machine -----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for dist in ("smolagents", "pydantic-monty", "pluggy", "jsonschema", "attrs", "cattrs"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10,
+                                  check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
+        "kernel": platform.release(), "python": platform.python_version(), "executable": sys.executable,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions,
+        "git_commit": git("rev-parse", "--short", "HEAD"),
+        "git_uncommitted_in_run_code_and_core": len(git("status", "--porcelain", "--", "nexus_tool_code_exec",
+                                                        "nexus_core").splitlines()),
+    }
+
+
+def wait_idle(limit: float, threshold: float = 0.5) -> float:
+    """Wait up to `limit` seconds for the 1-minute load average to drop below `threshold`."""
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] >= threshold and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for the docs)")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ", ".join(PEERS))
+    parser.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to this long for the 1-minute load to drop below 0.5")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    opts = parser.parse_args()
+
+    if opts.quick:
+        reps = {"trivial": (40, 5), "calls": (10, 2), "fanout": (3, 1)}
+        checkpoints = [0, 10, 50, 100]
+    else:
+        reps = {"trivial": (200, 20), "calls": (50, 5), "fanout": (10, 2)}
+        checkpoints = [0, 100, 500, 1000]
+
+    load_before = os.getloadavg()[0]
+    if opts.wait_idle:
+        load_before = wait_idle(opts.wait_idle)
+    info = machine()
+    print(f"{info['cpu_model']}, nproc {info['nproc']}, Linux {info['kernel']}, Python {info['python']}, "
+          f"{info['date']}; 1-min load {load_before:.2f}")
+
+    peers: list[Peer] = []
+    unavailable: dict[str, str] = {}
+    for name in opts.peers.split(","):
+        peer = PEERS[name.strip()]()
+        try:
+            peer.setup()
+        except Exception as exc:  # noqa: BLE001 - a missing peer is reported, not fatal
+            unavailable[peer.name] = f"{type(exc).__name__}: {exc}"
+            print(f"  {peer.name}: unavailable ({unavailable[peer.name]})")
+            continue
+        peers.append(peer)
+
+    rc = next((p for p in peers if isinstance(p, RunCode)), None)
+    layers: list[str] | str = "run_code not measured"
+    layer_detail: dict[str, Any] = {}
+    launcher_note = ""
+    if rc is not None:
+        engine = rc.engine()
+        if engine is not None and hasattr(engine, "active_layers"):
+            layers = engine.active_layers() or "no layers"
+            for name, st in engine.layer_statuses().items():
+                layer_detail[name] = {"active": bool(getattr(st, "active", False)), "detail": getattr(st, "detail", "")}
+        else:
+            layers = "no layers (active_layers() is not there)"
+        launcher_note = getattr(engine, "launcher_note", "")
+        print(f"run_code sandbox layers active: {', '.join(layers) if isinstance(layers, list) else layers}")
+        print(f"run_code launcher: {launcher_note}")
+
+    scenarios: dict[str, Any] = {}
+    labels = {"trivial": "trivial script (return 1)", "calls": f"{NCALLS} sequential no-op calls",
+              "fanout": f"{FANOUT_N} x {FANOUT_SLEEP * 1e3:.0f} ms fan-out, 8 at once"}
+    try:
+        for scenario, (n, warmup) in reps.items():
+            scenarios[scenario] = measure(peers, scenario, n, warmup)
+
+        extra: dict[str, Any] = {}
+        if rc is not None:
+            extra["concurrency"] = concurrency(rc)
+            extra["memory"] = memory_growth(rc, checkpoints)
+    finally:
+        for peer in peers:
+            try:
+                peer.close()
+            except Exception as exc:  # noqa: BLE001 - do not hide what ended the run
+                print(f"  closing {peer.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    load_after = os.getloadavg()[0]
+
+    # per inner call: what 100 calls add to the trivial script, at the median
+    per_call = {name: (scenarios["calls"][name]["p50_ms"] - scenarios["trivial"][name]["p50_ms"]) / NCALLS * 1e3
+                for name in scenarios["trivial"]}
+
+    print()
+    print(f"{'scenario':36}{'peer':12}{'p50 ms':>10}{'p99 ms':>10}{'run_code/peer p50':>19}{'p99':>8}")
+    for scenario, by_peer in scenarios.items():
+        base = by_peer.get("run_code")
+        for name, s in by_peer.items():
+            ratio = ratio99 = ""
+            if base is not None and name != "run_code":
+                ratio = f"{base['p50_ms'] / s['p50_ms']:.1f}x"
+                ratio99 = f"{base['p99_ms'] / s['p99_ms']:.1f}x"
+            print(f"{labels[scenario]:36}{name:12}{s['p50_ms']:>10.3f}{s['p99_ms']:>10.3f}{ratio:>19}{ratio99:>8}")
+    print()
+    print("per inner call ((p50 of 100 calls - p50 trivial) / 100): "
+          + ", ".join(f"{name} {us:.1f} us" for name, us in per_call.items()))
+    if rc is not None:
+        c = extra["concurrency"]
+        print(f"20 concurrent run_code calls: {c['correct']}/{c['threads']} correct in {c['wall_ms']:.0f} ms"
+              + (f"; errors: {c['errors']}" if c["errors"] else ""))
+        print("RSS (KiB) after N runs: " + "; ".join(
+            f"{r['runs']}: host {r['host_rss_kib']}, zygote {r['zygote_rss_kib']}" for r in extra["memory"]["rows"]
+            if "runs" in r))
+    print(f"1-min load: {load_before:.2f} before, {load_after:.2f} after")
+
+    report = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": opts.quick, "machine": info, "load_1min": {"before": load_before, "after": load_after},
+        "peers": {p.name: {"isolation": p.isolation, "fanout": p.fanout_how} for p in peers},
+        "unavailable": unavailable,
+        "run_code": {"layers": layers, "layer_detail": layer_detail, "launcher": launcher_note},
+        "scenarios": {s: {"label": labels[s], "results": r} for s, r in scenarios.items()},
+        "per_call_us": per_call,
+        **extra,
+    }
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = opts.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.replace(opts.out)
+    print(f"wrote {opts.out.relative_to(ROOT) if opts.out.is_relative_to(ROOT) else opts.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
