@@ -267,3 +267,12 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> No
     assert {name for name, plugin in listed.items() if plugin == "nexus.tool.shell"} == {"shell", "bash"}
     call = venv.run("nexus", "--workspace", str(tmp_path), "call", "shell", '{"command": "echo hi"}', cwd=tmp_path)
     assert (call.returncode, call.stdout) == (0, "hi\n"), call.stderr
+
+
+def test_a_missing_workspace_is_explained(nexus_factory: NexusFactory, tmp_path: Path) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"], config={"workspace": str(tmp_path / "not-made-yet")})
+    assert_error(nx.invoke("shell", {"command": "true"}), "not-made-yet is not a folder", kind="failure")
+
+
+def test_a_nul_byte_in_the_command_is_a_failure_not_a_crash(shell: Nexus) -> None:
+    assert_error(shell.invoke("shell", {"command": "echo a\u0000b"}), "embedded null byte", kind="failure")

@@ -132,14 +132,13 @@ def resolve_workdir(workspace: Path, requested: str | None) -> Path:
     by one containment check. Raises ValueError with a message for the model.
     """
     root = Path(os.path.realpath(workspace))
-    if not requested:
-        return root
-    target = Path(os.path.realpath(root / requested))
+    target = Path(os.path.realpath(root / requested)) if requested else root
     if not target.is_relative_to(root):
         raise ValueError(f"workdir {requested!r} is outside the workspace ({root}); "
                          "commands start inside it")
     if not target.is_dir():
-        raise ValueError(f"workdir {requested!r} is not a folder in the workspace")
+        raise ValueError(f"workdir {requested!r} is not a folder in the workspace" if requested
+                         else f"the workspace {root} is not a folder; create it, or configure another")
     return target
 
 
@@ -177,8 +176,8 @@ def make_handler(config: Mapping[str, Any], workspace: Path) -> Callable[[dict[s
             done = run_command([shell, "-c", arguments["command"]], cwd=cwd,
                                env=command_env(config["env_allowlist"], config["env"]),
                                timeout=timeout, max_output_bytes=cap)
-        except OSError as exc:
-            return failure(f"cannot start {shell}: {exc.strerror or exc}")
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the command
+            return failure(f"cannot start {shell}: {getattr(exc, 'strerror', None) or exc}")
         structured = {
             "stdout": done.stdout,
             "stderr": done.stderr,
