@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -40,6 +41,27 @@ def _open(args: argparse.Namespace) -> Nexus:
     for failure in nx.failures:
         print(f"nexus: warning: plugin {failure.name!r} failed ({failure.phase}): {failure.error}", file=sys.stderr)
     return nx
+
+
+class _StderrErrors(logging.Handler):
+    """Errors the library logs (an observer or a shutdown that raised) on stderr. Warnings about
+    failed plugins are not repeated: `_open` reports those itself."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.setFormatter(logging.Formatter("nexus: error: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")  # the current stderr, not the one at start
+        except Exception:
+            self.handleError(record)
+
+
+def _log_errors_to_stderr() -> None:
+    logger = logging.getLogger("nexus_core")
+    if not any(isinstance(h, _StderrErrors) for h in logger.handlers):
+        logger.addHandler(_StderrErrors())
 
 
 def _first_line(text: str) -> str:
@@ -181,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code or 0)
+    _log_errors_to_stderr()
     try:
         with _open(args) as nx:
             return COMMANDS[args.command](nx, args)
