@@ -63,9 +63,11 @@ def nexus_workspace(tmp_path: Path) -> Path:
 def nexus_factory(nexus_workspace: Path, tmp_path: Path) -> Iterator[NexusFactory]:
     """Build Nexus instances: `nexus_factory(plugins=[ids or objects], config={...}, tools=[...])`.
 
-    Installed plugins are loaded only when named (`plugins.active`), so a test sees exactly the
-    plugins it asks for. `config` is the usual config dict; its `workspace` and `session_dir`
-    default to temporary folders.
+    Installed plugins are loaded only when named (by id in `plugins`, or in the config's
+    `plugins.active`), so a test sees exactly the plugins it asks for. `config` is the usual
+    config dict; its `workspace` and `session_dir` default to temporary folders. A named plugin
+    that fails to load fails the test with the reason, unless `allow_failures=True` (then see
+    `nx.failures`). Every Nexus built is closed after the test.
     """
     made: list[Nexus] = []
 
@@ -73,17 +75,30 @@ def nexus_factory(nexus_workspace: Path, tmp_path: Path) -> Iterator[NexusFactor
         plugins: Iterable[Any] = (),
         config: dict[str, Any] | None = None,
         tools: Iterable[Any] = (),
+        *,
+        allow_failures: bool = False,
     ) -> Nexus:
+        __tracebackhide__ = True
+        plugins = list(plugins)
         ids = [p for p in plugins if isinstance(p, str)]
         objects = [p for p in plugins if not isinstance(p, str)]
-        cfg: dict[str, Any] = {"workspace": str(nexus_workspace), "session_dir": str(tmp_path / "sessions")}
-        cfg["skills"] = []
+        cfg: dict[str, Any] = {
+            "workspace": str(nexus_workspace),
+            "session_dir": str(tmp_path / "sessions"),
+            "skills": [],
+        }
         cfg.update(config or {})
         section = dict(cfg.get("plugins") or {})
-        section.setdefault("active", ids)
+        active = section.get("active", [])
+        if active is not None or ids:  # `active: None` asks for every installed plugin
+            section["active"] = list(dict.fromkeys([*(active or []), *ids]))
         cfg["plugins"] = section
         nx = Nexus.from_config(cfg, plugins=objects, tools=tools)
         made.append(nx)
+        if nx.failures and not allow_failures:
+            pytest.fail("plugins failed to load:\n" + "\n".join(
+                f"  {f.name} ({f.phase}): {f.error}\n{f.detail}" for f in nx.failures
+            ))
         return nx
 
     yield factory
