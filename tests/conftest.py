@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# pytester (tests/core/test_testing_plugin.py tests the nexus_core.testing plugin with it). pytest
+# accepts `pytest_plugins` only in a conftest it loads before collecting, which
+# tests/core/conftest.py is not when the whole suite runs.
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {
     "nexus-core": REPO / "nexus_core",

@@ -20,8 +20,6 @@ import pytest
 
 from nexus_core._plugins import ENTRY_POINT_GROUP, installed_entry_points
 
-pytest_plugins = ["pytester"]
-
 NEXUS_ENV = ("NEXUS_DISABLE_PLUGIN_AUTOLOAD", "NEXUS_BLOCK_PLUGINS", "NEXUS_TRACE_HOOKS", "NEXUS_CONFIG")
 
 
