@@ -82,6 +82,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -721,35 +722,53 @@ _CHECKS: dict[str, Callable[[_ProbeEnv], str | None]] = {
 }
 
 
-def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
-    """Fork, apply only `name`, attack it, report over a pipe."""
-    try:
-        mapped_mb = _address_space_bytes() // _MiB
-    except OSError:
-        mapped_mb = 256
-    limits = Limits(memory_mb=mapped_mb + 128)
+@attrs.frozen
+class ChildOutcome:
+    """How a `run_in_child` child ended. value: what fn returned (through JSON); error:
+    "SandboxError: ..." or "<ExceptionType>: message" if enter() or fn raised, with `layer` and
+    `reason` for a SandboxError, `errno` for an OSError; exit_code or signal: how the process ended (no report at all
+    when it was killed)."""
+
+    value: Any = None
+    error: str | None = None
+    layer: str | None = None
+    reason: str | None = None
+    errno: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    enter_ms: float | None = None
+
+
+def run_in_child(policy: SandboxPolicy, fn: Callable[[], Any], timeout: float = 15.0) -> ChildOutcome:
+    """Fork; in the child enter(policy) (plus a pipe it reports through), call fn() and send
+    back its JSON-able result or its exception; reap the child (killed after `timeout`). For
+    probes and tests: the caller must be single-threaded, like any forking zygote."""
     r, w = os.pipe()
+    policy = attrs.evolve(policy, keep_fds=tuple(policy.keep_fds) + (w,))
     pid = os.fork()
-    if pid == 0:  # child: never return into the caller
+    if pid == 0:  # the child never returns into the caller's stack
         code = 1
         try:
             os.close(r)
-            os.environ["NEXUS_SANDBOX_PROBE"] = "1"
-            policy = SandboxPolicy(scratch_dir=env.scratch, limits=limits, layers=frozenset({name}), keep_fds=(w,))
+            report: dict[str, Any] = {}
+            t0 = time.perf_counter()
             try:
                 enter(policy)
+                report["enter_ms"] = (time.perf_counter() - t0) * 1000
+                report["value"] = fn()
             except SandboxError as exc:
-                report = {"active": False, "detail": exc.reason}
-            else:
-                problem = _CHECKS[name](env)
-                report = {"active": problem is None, "detail": problem or applied.get(name, "")}
-            os.write(w, json.dumps(report).encode())
+                report.update(error=f"SandboxError: {exc}", layer=exc.layer, reason=exc.reason)
+            except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+                report.update(error=f"{type(exc).__name__}: {exc}", errno=getattr(exc, "errno", None))
+            data = json.dumps(report, default=repr).encode()
+            while data:
+                data = data[os.write(w, data):]
             code = 0
         finally:
             os._exit(code)
     os.close(w)
     chunks = []
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
         sel.register(r, selectors.EVENT_READ)
         while time.monotonic() < deadline:
@@ -760,32 +779,59 @@ def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
                 break
             chunks.append(chunk)
     os.close(r)
-    _, status = _reap(pid)
-    raw = b"".join(chunks)
-    if raw:
+    status = _reap(pid, deadline)
+    report = {}
+    if chunks:
         try:
-            report = json.loads(raw)
-            return LayerStatus(name, bool(report["active"]), str(report["detail"]))
-        except (ValueError, KeyError):
-            pass
-    if os.WIFSIGNALED(status):
-        why = f"the probe child was killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    else:
-        why = f"the probe child exited with status {os.waitstatus_to_exitcode(status)} and no report"
-    return LayerStatus(name, False, why)
+            report = json.loads(b"".join(chunks))
+        except ValueError:
+            report = {"error": "unreadable report from the child"}
+    return ChildOutcome(
+        value=report.get("value"), error=report.get("error"), layer=report.get("layer"),
+        reason=report.get("reason"), errno=report.get("errno"), enter_ms=report.get("enter_ms"),
+        exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+    )
 
 
-def _reap(pid: int, timeout: float = 5.0) -> tuple[int, int]:
-    """waitpid with a deadline; a child that will not end is killed."""
-    deadline = time.monotonic() + timeout
+def _reap(pid: int, deadline: float) -> int:
+    """waitpid until `deadline`; a child still running then is killed (with its group)."""
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return done, status
+            return status
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            return os.waitpid(pid, 0)
-        time.sleep(0.005)
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return os.waitpid(pid, 0)[1]
+        time.sleep(0.002)
+
+
+def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
+    """Apply only `name` in a forked child, then attack it there."""
+    try:
+        mapped_mb = _address_space_bytes() // _MiB
+    except OSError:
+        mapped_mb = 256
+    policy = SandboxPolicy(scratch_dir=env.scratch, limits=Limits(memory_mb=mapped_mb + 128),
+                           layers=frozenset({name}))
+    os.environ["NEXUS_SANDBOX_PROBE"] = "1"  # the env check looks for it; the child inherits it
+    try:
+        out = run_in_child(policy, lambda: _CHECKS[name](env) or {"ok": applied.get(name, "")})
+    finally:
+        os.environ.pop("NEXUS_SANDBOX_PROBE", None)
+    if out.error is not None:
+        return LayerStatus(name, False, out.reason or out.error)
+    if isinstance(out.value, dict):
+        return LayerStatus(name, True, str(out.value["ok"]))
+    if isinstance(out.value, str):
+        return LayerStatus(name, False, out.value)
+    if out.signal is not None:
+        return LayerStatus(name, False, f"the probe child was killed by {signal.Signals(out.signal).name}")
+    return LayerStatus(name, False, f"the probe child exited with status {out.exit_code} and no report")
 
 
 def _probe_here() -> dict[str, LayerStatus]:
