@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
-
 from nexus_core._plugins import ENTRY_POINT_GROUP, installed_entry_points
 
 NEXUS_ENV = ("NEXUS_DISABLE_PLUGIN_AUTOLOAD", "NEXUS_BLOCK_PLUGINS", "NEXUS_TRACE_HOOKS", "NEXUS_CONFIG")
@@ -100,7 +99,7 @@ def run_nexus(tmp_path: Path) -> RunNexus:
             env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
         return subprocess.run(
             [sys.executable, "-m", "nexus_core.cli", *args],
-            capture_output=True, text=True, env=dict(env), cwd=cwd or tmp_path, input=input, timeout=60,
+            capture_output=True, text=True, env=dict(env), cwd=cwd or tmp_path, input=input, timeout=60, check=False,
         )
 
     return run

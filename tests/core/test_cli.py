@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .conftest import FakePlugins, RunNexus
+    from conftest import FakePlugins, RunNexus
 
 TOOLS = """
     from nexus_core import hookimpl, native_tool
@@ -48,7 +49,7 @@ def project(tmp_path: Path, fake_plugins: FakePlugins) -> Path:
 def nexus(run_nexus: RunNexus, fake_plugins: FakePlugins, project: Path) -> RunNexus:
     """`nexus(...)` in the project folder, seeing the fake plugins."""
 
-    def run(*args: str, input: str | None = None, **env: str):  # type: ignore[no-untyped-def]
+    def run(*args: str, input: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
         return run_nexus(*args, env=fake_plugins.env(**env), cwd=project, input=input)
 
     return run
@@ -96,8 +97,8 @@ def test_call_of_a_failing_tool_exits_1_and_json_shows_the_whole_result(nexus: R
 @pytest.mark.parametrize(
     ("args_json", "stdin", "message"),
     [
-        ("{text: 1}", None, "nexus: ARGS_JSON is not valid JSON: Expecting property name enclosed in double quotes"
-                            " at line 1 column 2\n"),
+        ("{text: 1}", None, ("nexus: ARGS_JSON is not valid JSON: Expecting property name enclosed in double quotes"
+                             " at line 1 column 2\n")),
         ("[1, 2]", None, "nexus: ARGS_JSON must be a JSON object, got list\n"),
         ("-", "", "nexus: ARGS_JSON is not valid JSON: Expecting value at line 1 column 1\n"),
     ],
@@ -151,8 +152,8 @@ def test_a_wrong_key_exits_2_with_its_path_and_line(nexus: RunNexus, project: Pa
     (project / "other.yaml").write_text("plugins:\n  active: [fake.tools]\n  fake.tool:\n    x: 1\n", encoding="utf-8")
     proc = nexus("--config", "other.yaml", "tools")
     assert (proc.returncode, proc.stderr) == (
-        2, "nexus: config error: other.yaml:3: plugins.fake.tool: no installed plugin is called 'fake.tool' "
-           "(did you mean 'fake.tools'?)\n")
+        2, ("nexus: config error: other.yaml:3: plugins.fake.tool: no installed plugin is called 'fake.tool' "
+            "(did you mean 'fake.tools'?)\n"))
 
 
 def test_config_comes_from_the_env_var_when_not_given(nexus: RunNexus, project: Path) -> None:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 import pytest
-
-from nexus_core import ConfigError, Nexus, hookimpl, load_config
 from nexus_core._config import close_schema
 
+from nexus_core import ConfigError, Nexus, hookimpl, load_config
+
 if TYPE_CHECKING:
-    from .conftest import FakePlugins
+    from conftest import FakePlugins
 
 CODE_EXEC_LIKE = """
     from nexus_core import hookimpl
@@ -76,7 +76,8 @@ class Settings:
 
 def test_defaults_without_any_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for source in (None, {}):
+    sources: list[dict[str, Any] | None] = [None, {}]
+    for source in sources:
         cfg = load_config(source)
         assert cfg.workspace == tmp_path.resolve()
         assert cfg.session_dir == tmp_path / ".nexus/sessions"
@@ -135,7 +136,7 @@ def test_malformed_yaml_is_an_error_with_its_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     (problem,) = problems(info)
-    assert problem.startswith(f"{path}:4: invalid YAML:") or problem.startswith(f"{path}:5: invalid YAML:")
+    assert problem.startswith((f"{path}:4: invalid YAML:", f"{path}:5: invalid YAML:"))  # where the list ends
 
 
 def test_a_key_given_twice_is_an_error_not_a_silent_override(tmp_path: Path) -> None:
@@ -199,14 +200,14 @@ def test_nexus_configure_gets_the_validated_section_with_defaults(tmp_path: Path
     with Nexus.from_config(path) as nx:
         expected = {"timeout_seconds": 10, "allowed_packages": ["json"], "limits": {"memory_mb": 256}}
         assert nx.plugin_config("fake.code_exec") == expected
-        assert sys.modules[module].configured == [expected]  # type: ignore[attr-defined]
+        assert sys.modules[module].configured == [expected]
         assert nx.plugin_config("not.a.plugin") == {}
 
 
 def test_nexus_configure_of_a_plugin_without_a_section_gets_all_defaults(fake_plugins: FakePlugins) -> None:
     module = fake_plugins.add("fake.code_exec", CODE_EXEC_LIKE)
     with Nexus.from_config({"plugins": {"active": ["fake.code_exec"]}}):
-        assert sys.modules[module].configured == [  # type: ignore[attr-defined]
+        assert sys.modules[module].configured == [
             {"timeout_seconds": 30, "allowed_packages": ["json"], "limits": {"memory_mb": 256}}
         ]
 
@@ -223,8 +224,8 @@ def test_a_section_for_a_plugin_that_is_not_installed_is_an_error(tmp_path: Path
         Nexus.from_config(path)
     assert problems(info) == [
         f"{path}:2: plugins.active[1]: no installed plugin is called 'fake.nope'",
-        f"{path}:3: plugins.fake.code_exc: no installed plugin is called 'fake.code_exc' "
-        "(did you mean 'fake.code_exec'?)",
+        (f"{path}:3: plugins.fake.code_exc: no installed plugin is called 'fake.code_exc' "
+         "(did you mean 'fake.code_exec'?)"),
     ]
 
 
@@ -247,7 +248,7 @@ def test_a_section_for_a_plugin_without_a_schema_lists_every_key() -> None:
 def test_problems_of_all_plugins_come_in_one_error() -> None:
     one = Settings({"type": "object", "properties": {"n": {"type": "integer"}}})
     two = Settings({"type": "object", "properties": {"s": {"type": "string"}}})
-    two.NEXUS_PLUGIN_ID = "other"  # type: ignore[misc]
+    two.NEXUS_PLUGIN_ID = "other"
     with pytest.raises(ConfigError) as info:
         Nexus({"plugins": {"active": [], "settings": {"n": "x"}, "other": {"s": 1}}}, plugins=[one, two])
     assert sorted(problems(info)) == ["plugins.other.s: expected string, got 1",

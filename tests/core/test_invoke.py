@@ -17,10 +17,10 @@ from nexus_core import (
     ToolDef,
     ToolResult,
     Veto,
+    _registry,
     hookimpl,
     native_tool,
 )
-from nexus_core import _registry
 
 ITEMS_SCHEMA = {
     "type": "object",
@@ -490,9 +490,9 @@ def test_a_raising_observer_does_not_silence_the_others(hook: str, bad_first: bo
 
     good = Recorder()
     plugins = [Bad(), good] if bad_first else [good, Bad()]
-    with caplog.at_level(logging.ERROR, logger="nexus_core"):
-        with Nexus(autoload=False, plugins=plugins, tools=[echo_tool()]) as nexus:
-            result = nexus.invoke("echo", {"x": 1})
+    with caplog.at_level(logging.ERROR, logger="nexus_core"), \
+            Nexus(autoload=False, plugins=plugins, tools=[echo_tool()]) as nexus:
+        result = nexus.invoke("echo", {"x": 1})
     assert not result.is_error and result.output_structured == {"x": 1}  # the result is untouched
     assert good.registered == ["echo"] and len(good.invoked) == 1 and len(good.results) == 1
     messages = [r.getMessage() for r in caplog.records]

@@ -77,7 +77,7 @@ def test_models_that_cross_a_boundary_are_frozen() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         call.name = "other"  # type: ignore[misc]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        SAMPLES[1].output = "changed"  # type: ignore[misc]
+        SAMPLES[1].output = "changed"
 
 
 def test_call_ids_are_fresh_and_well_formed() -> None:

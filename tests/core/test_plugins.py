@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 import pytest
 
-from nexus_core import ENTRY_POINT_GROUP, Nexus, ToolRegistrationError, hookimpl, native_tool
+from nexus_core import ENTRY_POINT_GROUP, Nexus, hookimpl, native_tool
 
 if TYPE_CHECKING:
-    from .conftest import FakePlugins
+    from conftest import FakePlugins
 
 
 def tool_plugin(tool: str, *extra: str) -> str:
@@ -156,8 +156,8 @@ def test_nexus_configure_that_raises_drops_only_that_plugin(fake_plugins: FakePl
         (failure,) = nx.failures
         assert (failure.name, failure.phase, failure.error) == ("fake.conf", "configure", "ValueError: bad settings")
         assert nx.tool("conf_tool") is None and nx.invoke("good").output == "good ok"
-        assert sys.modules[module].shutdowns == [nx]  # type: ignore[attr-defined]  # what it began, it may release
-    assert len(sys.modules[module].shutdowns) == 1  # type: ignore[attr-defined]  # not again at close
+        assert sys.modules[module].shutdowns == [nx]  # what it began, it may release
+    assert len(sys.modules[module].shutdowns) == 1  # not again at close
 
 
 def test_nexus_register_tools_that_raises_removes_the_tools_it_gave(fake_plugins: FakePlugins) -> None:

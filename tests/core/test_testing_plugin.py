@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .conftest import FakePlugins
+    from conftest import FakePlugins
 
 GATE_PLUGIN = """
     from nexus_core import Veto, hookimpl, native_tool

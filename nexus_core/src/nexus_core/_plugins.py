@@ -204,7 +204,7 @@ def describe_exception(exc: BaseException) -> str:
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, pluggy.HookImpl]]:
     """`(hook name, hookimpl)` for each hookimpl of `plugin` that matches no hookspec (a typo in
     a hook name, usually), sorted by hook name."""
-    bad = []
+    bad: list[tuple[str, pluggy.HookImpl]] = []
     for caller in pm.get_hookcallers(plugin) or []:
         if not caller.has_spec():
             bad.extend(
@@ -270,11 +270,10 @@ def select_entry_points(
     for ep in installed_entry_points():
         dist = ep.dist.name if ep.dist else None
         version = ep.dist.version if ep.dist else None
+        wanted = ep.name in active if active is not None else autoload  # `active` overrides autoload
         if ep.name in blocked_set:
             skipped.append(PluginInfo(ep.name, "blocked", dist, version))
-        elif active is not None and ep.name not in active:
-            skipped.append(PluginInfo(ep.name, "inactive", dist, version))
-        elif active is None and not autoload:
+        elif not wanted:
             skipped.append(PluginInfo(ep.name, "inactive", dist, version))
         else:
             chosen.append(ep)

@@ -43,7 +43,7 @@ def as_tooldef(obj: Any) -> ToolDef:
     if callable(obj):
         from ._native import tool as describe
 
-        return describe(obj).__nexus_tool__  # type: ignore[attr-defined]
+        return describe(obj).__nexus_tool__
     raise ToolRegistrationError(
         f"cannot register {obj!r} as a tool: expected a ToolDef or a function described by @tool"
     )
