@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nexus_core import Nexus, Rewrite, ToolCall, ToolResult, Veto, hookimpl, native_tool
+from nexus_core import Nexus, Rewrite, ToolCall, ToolRegistrationError, ToolResult, Veto, hookimpl, native_tool
 
 THREADS, CALLS = 16, 200
 
@@ -189,3 +189,25 @@ def test_nested_calls_from_many_threads_keep_their_parents() -> None:
         parent = parents[cid]
         assert parent is not None and parent.startswith("o-")
         assert audit.results[cid].output == str(int(parent.split("-")[1]) * 1000 + int(parent.split("-")[2]))
+
+
+def test_a_tool_replaced_while_calls_are_in_flight_is_never_missing() -> None:
+    """run_code refreshes its own definition as tools come and go: `replace` swaps it in one step."""
+    with Nexus(autoload=False, tools=[native_tool("live", run=lambda a: "v0")]) as nx:
+        registry = nx._registry  # the core's own test of the private registry
+
+        def work(thread: int) -> None:
+            for i in range(CALLS):
+                if thread == 0:
+                    registry.replace(native_tool("live", f"version {i}", run=lambda a, i=i: f"v{i}"))
+                else:
+                    result = nx.invoke("live")
+                    assert not result.is_error, result.error
+
+        assert run_threads(work) == []
+        assert nx.invoke("live").output == f"v{CALLS - 1}"
+        with pytest.raises(ToolRegistrationError, match="the host cannot replace tool 'absent': it is not registered"):
+            registry.replace(native_tool("absent", run=lambda a: 1))
+        registry.add(native_tool("theirs", run=lambda a: 1), plugin="other.plugin")
+        with pytest.raises(ToolRegistrationError, match="is registered by plugin 'other.plugin'"):
+            registry.replace(native_tool("theirs", run=lambda a: 2))

@@ -69,6 +69,16 @@ class ToolRegistry:
 
     def add(self, obj: Any, plugin: str | None = None) -> ToolDef:
         """Register a tool for `plugin` (None: the host). Raises ToolRegistrationError."""
+        return self._put(obj, plugin, replace=False)
+
+    def replace(self, obj: Any, plugin: str | None = None) -> ToolDef:
+        """Swap in a new definition of a tool the same `plugin` registered, in one step: unlike
+        `remove` then `add`, no concurrent call finds the tool missing in between (run_code
+        refreshes its description this way). Raises ToolRegistrationError when the tool does not
+        exist or belongs to someone else."""
+        return self._put(obj, plugin, replace=True)
+
+    def _put(self, obj: Any, plugin: str | None, replace: bool) -> ToolDef:
         tool = as_tooldef(obj)
         if plugin is not None or tool.plugin is None:
             tool = tool.with_plugin(plugin)
@@ -102,7 +112,12 @@ class ToolRegistry:
                 validator = compiled
         with self._write_lock:
             existing = self._entries.get(tool.name)
-            if existing is not None:
+            if replace and (existing is None or existing.tool.plugin != tool.plugin):
+                owner = f"is registered by {_source(existing.tool)}" if existing else "is not registered"
+                raise ToolRegistrationError(
+                    f"{_source(tool)} cannot replace tool {tool.name!r}: it {owner}"
+                )
+            if existing is not None and not replace:
                 raise ToolRegistrationError(
                     f"duplicate tool name {tool.name!r}: registered by {_source(existing.tool)} "
                     f"and again by {_source(tool)}"
