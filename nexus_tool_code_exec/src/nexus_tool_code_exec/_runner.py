@@ -9,6 +9,7 @@ at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -22,6 +23,8 @@ import attrs
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult, unstructure
 
 from ._launch import Child, Launcher, Watchdog
+
+log = logging.getLogger("nexus_tool_code_exec")
 
 MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation
 CHUNK = 512
@@ -127,6 +130,13 @@ class ScriptRun:
     # -- answering tool calls ---------------------------------------------------------------
 
     def _answer(self, msg: dict[str, Any]) -> None:
+        try:
+            self._answer_call(msg)
+        except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
+            log.exception("run_code: answering a call of %s failed", self.call_id)
+            self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}")
+
+    def _answer_call(self, msg: dict[str, Any]) -> None:
         rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
         call = ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {},
                         parent_call_id=self.call_id)
@@ -145,11 +155,14 @@ class ScriptRun:
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
     def _send(self, msg: dict[str, Any]) -> None:
-        child = self._child
-        if child is None:
-            return
         data = (json.dumps(msg, separators=(",", ":"), default=str) + "\n").encode()
+        # the child is read under the lock: once the run has let go of it (and closed its fds,
+        # whose numbers the process may reuse at once), a late answer is dropped, not written
+        # into whatever file took the number
         with self._write_lock:
+            child = self._child
+            if child is None:
+                return
             try:
                 view = memoryview(data)
                 while view:
@@ -165,12 +178,12 @@ class ScriptRun:
         if self._call_count > self.settings.max_tool_calls:
             self._refuse(msg, f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls")
             return
-        if msg.get("p"):
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
-            self._pool.submit(self._answer, msg)
-        else:
-            self._answer(msg)  # a lone sequential call: no thread hop
+        # every call is answered off the reading thread, sequential ones too: a tool that is
+        # slow or hangs must not keep the run from ending at its deadline (the reader sees the
+        # killed child's end of the pipe and returns; the call finishes unseen)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
+        self._pool.submit(self._answer, msg)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -198,15 +211,20 @@ class ScriptRun:
             else:
                 child.kill()
                 status = child.wait(timeout=5.0)
+            finished = final is not None and final.get("t") in ("done", "error") and not violation
             if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
+                # a finished script has no call in flight; after a timeout or a dead child,
+                # waiting for a slow tool would only delay the answer
+                self._pool.shutdown(wait=finished, cancel_futures=True)
+            with self._write_lock:
+                self._child = None
             child.close()
-            self._child = None
             self.streamer.finish()
         outcome.duration = time.monotonic() - began
         outcome.stdout = "".join(self.streamer.parts)
         outcome.stdout_truncated = self.streamer.truncated or bool(final and final.get("truncated"))
-        outcome.calls = self.calls
+        with self._calls_lock:
+            outcome.calls = list(self.calls)
         if watchdog.fired:
             outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
         elif violation:
@@ -224,7 +242,11 @@ class ScriptRun:
         return outcome
 
     def _read_loop(self, child: Child) -> tuple[dict[str, Any] | None, str | None]:
-        buf = b""
+        # Each byte is searched for a newline once and copied out once: rescanning and
+        # re-slicing the whole buffer per read or per line made an over-long line (or a burst
+        # of small messages) quadratic, which let a child keep the host busy for seconds.
+        buf = bytearray()
+        scanned = 0  # how much of buf is known to hold no newline
         while True:
             try:
                 chunk = os.read(child.rfd, 1 << 16)
@@ -233,13 +255,13 @@ class ScriptRun:
             if not chunk:
                 return None, None
             buf += chunk
+            start = 0
             while True:
-                nl = buf.find(b"\n")
+                nl = buf.find(b"\n", max(scanned, start))
                 if nl < 0:
-                    if len(buf) > MAX_MESSAGE:
-                        return None, "a message longer than the limit"
                     break
-                line, buf = buf[:nl], buf[nl + 1:]
+                line = buf[start:nl]
+                start = nl + 1
                 try:
                     msg = json.loads(line)
                 except ValueError:
@@ -258,6 +280,11 @@ class ScriptRun:
                         return None, f"an unknown message type {kind!r}"
                 except ProtocolError as exc:
                     return None, str(exc)
+            if start:
+                del buf[:start]
+            scanned = len(buf)
+            if scanned > MAX_MESSAGE:
+                return None, "a message longer than the limit"
 
     def _error_message(self, final: dict[str, Any]) -> str:
         kind, message = final.get("kind"), str(final.get("message", ""))
@@ -276,7 +303,9 @@ class ScriptRun:
         if status is not None and status < 0:
             sig = -status
             if sig == signal.SIGXCPU:
-                return "CPU time limit exceeded"
+                # the CPU-time rlimit is the timeout by another clock: a busy loop can reach it
+                # a moment before the wall-clock watchdog fires, and must read the same
+                return "script timed out after using up its CPU time limit"
             if sig == signal.SIGSEGV:
                 return "memory limit exceeded"
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
