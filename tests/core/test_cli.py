@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -186,3 +187,12 @@ def test_a_raising_observer_is_reported_on_stderr_and_the_call_still_succeeds(ne
     assert "nexus: error: plugin 'fake.badobserver' raised in nexus_tool_result" in proc.stderr
     assert "RuntimeError: audit log unwritable" in proc.stderr
     assert "nexus_before_tool_invoke [hook]" in proc.stderr  # NEXUS_TRACE_HOOKS reaches the CLI too
+
+
+def test_the_console_script_is_the_same_command(nexus: RunNexus, fake_plugins: FakePlugins, project: Path) -> None:
+    script = Path(sys.executable).parent / "nexus"
+    if not script.is_file():
+        pytest.skip("nexus_core is not installed with its console script here")
+    proc = subprocess.run([str(script), "call", "echo", '{"text": "from the script"}'], capture_output=True,
+                          text=True, env=fake_plugins.env(), cwd=project, timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "from the script\n")
