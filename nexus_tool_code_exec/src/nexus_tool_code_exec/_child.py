@@ -7,6 +7,7 @@ host -> child: {"t": "start", ...}            the script, the bindings, skill he
 child -> host: {"t": "call", "id", "name", "args", "p"}   a tool call ("p": made inside parallel)
 host -> child: {"t": "result", "id", "result"}            its ToolResult, as JSON
 child -> host: {"t": "out", "s": "stdout"|"stderr", "d"}  output, as the script writes it
+               (with "truncated": true on the message where max_output_bytes cut it)
 child -> host: {"t": "done", "result"} | {"t": "error", "kind", "message"}   the end
 
 The host treats everything the child sends as untrusted. Nothing here is a security boundary.
@@ -235,14 +236,21 @@ class StreamWriter:
 
     def _emit(self, text: str) -> None:
         data = text.encode("utf-8", "replace")
+        first_cut = False
         if len(data) > self._budget[0]:
             data = data[: max(self._budget[0], 0)]
             text = data.decode("utf-8", "ignore")
+            first_cut = not self._flags["truncated"]
             self._flags["truncated"] = True
-        if not text:
+        if not text and not first_cut:
             return
         self._budget[0] -= len(data)
-        self._channel.send({"t": "out", "s": self._stream, "d": text})
+        msg: dict[str, Any] = {"t": "out", "s": self._stream, "d": text}
+        if first_cut:
+            # told at once, not only in "done": a script that then fails or times out never
+            # sends "done", and its result must still say the output was cut
+            msg["truncated"] = True
+        self._channel.send(msg)
 
     def flush(self) -> None:
         with self._lock:

@@ -272,6 +272,8 @@ class ScriptRun:
                 try:
                     if kind == "out":
                         self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
+                        if msg.get("truncated") is True:
+                            self.streamer.truncated = True
                     elif kind == "call":
                         self._dispatch_call(msg)
                     elif kind in ("done", "error"):
