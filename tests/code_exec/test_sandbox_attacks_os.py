@@ -114,8 +114,9 @@ def test_an_ordinary_script_runs_under_the_full_sandbox(tmp_path: Path) -> None:
         }
 
     out = attack(tmp_path, script)
-    assert out.value == {"squares": [n * n for n in range(10)], "json": {"a": [1, 2]}, "re": ["1", "22", "333"],
-                         "cattrs": {"x": 1, "y": 2}, "notes": "kept in scratch", "cwd_is_scratch": True}, out
+    assert out.value == {"squares": [n * n for n in range(10)], "json": {"a": [1, 2]},
+                         "re": ["1", "22", "333"], "cattrs": {"x": 1, "y": 2}, "notes": "kept in scratch",
+                         "cwd_is_scratch": True}, out
 
 
 # -- files ----------------------------------------------------------------------------------
@@ -145,7 +146,8 @@ def test_a_symlink_planted_in_scratch_does_not_escape(tmp_path: Path, secret: Pa
 
 def test_changing_a_host_file_mode_fails(tmp_path: Path, secret: Path) -> None:
     # Landlock does not cover chmod; the uid layer (not the owner) or seccomp (refused) does.
-    refused(attack(tmp_path, lambda: os.chmod(secret, 0o666), "fs", "seccomp"), "PermissionError", errno.EPERM)
+    out = attack(tmp_path, lambda: os.chmod(secret, 0o666), "fs", "seccomp")
+    refused(out, "PermissionError", errno.EPERM)
     assert secret.stat().st_mode & 0o777 == 0o600
 
 
@@ -162,7 +164,8 @@ def test_tcp_connect_to_a_listener_on_localhost_fails(tmp_path: Path) -> None:
     srv = _listening(socket.SOCK_STREAM, ("127.0.0.1", 0))
     port = srv.getsockname()[1]
     try:
-        out = attack(tmp_path, lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close(), "net")
+        out = attack(tmp_path, lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close(),
+                     "net")
         refused(out, "PermissionError", errno.EPERM, errno.EACCES)
         with pytest.raises(BlockingIOError):
             srv.accept()
@@ -244,7 +247,8 @@ def test_threads_are_allowed(tmp_path: Path) -> None:
 
 
 def test_signalling_the_test_process_fails_and_it_is_unharmed(tmp_path: Path, usr1_guard: None) -> None:
-    refused(attack(tmp_path, lambda: os.kill(os.getppid(), signal.SIGUSR1), "seccomp"), "PermissionError", errno.EPERM)
+    out = attack(tmp_path, lambda: os.kill(os.getppid(), signal.SIGUSR1), "seccomp")
+    refused(out, "PermissionError", errno.EPERM)
     # Broadcast and group forms, with signal 0 so that a broken sandbox still harms nothing.
     refused(attack(tmp_path, lambda: os.kill(-1, 0), "seccomp"), "PermissionError", errno.EPERM)
     pgid = os.getpgid(0)
@@ -292,9 +296,13 @@ def test_regaining_privileges_fails(tmp_path: Path) -> None:
 
 def test_host_environment_secrets_are_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEXUS_HOST_TOKEN", "hunter2")
-    out = attack(tmp_path, lambda: [k for k, v in os.environ.items() if "hunter2" in v or k == "NEXUS_HOST_TOKEN"], "env")
+    def leaked() -> list[str]:
+        return [k for k, v in os.environ.items() if "hunter2" in v or k == "NEXUS_HOST_TOKEN"]
+
+    out = attack(tmp_path, leaked, "env")
     assert out.value == [], out
-    refused(attack(tmp_path, lambda: Path("/proc/self/environ").read_bytes(), "fs"), "PermissionError", errno.EACCES)
+    out = attack(tmp_path, lambda: Path("/proc/self/environ").read_bytes(), "fs")
+    refused(out, "PermissionError", errno.EACCES)
 
 
 # -- resources ------------------------------------------------------------------------------

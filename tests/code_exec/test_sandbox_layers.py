@@ -56,7 +56,8 @@ def make_policy(tmp_path: Path, layers: set[str], **limits: int) -> sandbox.Sand
     scratch = tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
     limits.setdefault("memory_mb", mapped_mb() + 256)
-    return sandbox.SandboxPolicy(scratch_dir=str(scratch), layers=frozenset(layers), limits=sandbox.Limits(**limits))
+    return sandbox.SandboxPolicy(scratch_dir=str(scratch), layers=frozenset(layers),
+                                 limits=sandbox.Limits(**limits))
 
 
 def run(tmp_path: Path, layers: set[str], fn: Callable[[], Any], **limits: int) -> sandbox.ChildOutcome:
@@ -217,9 +218,13 @@ def test_the_seccomp_program_assembles_for_every_known_architecture() -> None:
 
 def test_env_host_secrets_are_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEXUS_TEST_SECRET", "hunter2")
-    out = run(tmp_path, {"env"}, lambda: {"keys": sorted(os.environ), "getenv": os.getenv("NEXUS_TEST_SECRET"),
-                                         "bytes": sorted(k.decode() for k in os.environb)})
-    assert out.value == {"keys": sorted(sandbox.FIXED_ENV_KEYS), "getenv": None, "bytes": sorted(sandbox.FIXED_ENV_KEYS)}
+    def seen() -> dict[str, Any]:
+        return {"keys": sorted(os.environ), "getenv": os.getenv("NEXUS_TEST_SECRET"),
+                "bytes": sorted(k.decode() for k in os.environb)}
+
+    out = run(tmp_path, {"env"}, seen)
+    fixed = sorted(sandbox.FIXED_ENV_KEYS)
+    assert out.value == {"keys": fixed, "getenv": None, "bytes": fixed}
 
 
 def test_env_the_exec_time_environment_block_is_zeroed(tmp_path: Path) -> None:
@@ -236,7 +241,8 @@ def test_env_the_exec_time_environment_block_is_zeroed(tmp_path: Path) -> None:
         os.write(1, json.dumps({{"in_block": b"hunter2" in block, "environ": sorted(os.environ)}}).encode())
     """)
     env = dict(os.environ, NEXUS_TEST_SECRET="hunter2")
-    proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, timeout=30, check=True)
+    proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, timeout=30,
+                          check=True)
     assert json.loads(proc.stdout) == {"in_block": False, "environ": sorted(sandbox.FIXED_ENV_KEYS)}
 
 
@@ -310,7 +316,8 @@ def test_net_tcp_connect_to_a_host_listener_fails(tmp_path: Path, tcp_listener: 
     refused(out, "OSError", errno.ENETUNREACH)
 
 
-def test_net_a_shared_namespace_from_the_zygote_works_the_same(tmp_path: Path, tcp_listener: socket.socket) -> None:
+def test_net_a_shared_namespace_from_the_zygote_works_the_same(tmp_path: Path,
+                                                                tcp_listener: socket.socket) -> None:
     need("net")
     if os.geteuid() != 0:
         pytest.skip("a shared namespace needs root")
@@ -332,7 +339,8 @@ def test_net_a_shared_namespace_from_the_zygote_works_the_same(tmp_path: Path, t
 
     try:
         policy = make_policy(tmp_path, {"net"})
-        out = sandbox.run_in_child(sandbox.SandboxPolicy(scratch_dir=policy.scratch_dir, layers=policy.layers, net_fd=net_fd), attack)
+        shared = sandbox.SandboxPolicy(scratch_dir=policy.scratch_dir, layers=policy.layers, net_fd=net_fd)
+        out = sandbox.run_in_child(shared, attack)
     finally:
         os.close(net_fd)
     assert out.value == {"connected": False, "errno": errno.ENETUNREACH, "fd_open": False}, out
@@ -495,7 +503,8 @@ def test_fs_the_runtime_still_imports_lazily(tmp_path: Path) -> None:
     assert out.value["fresh"], "every module was already imported: the test proves nothing"
 
 
-def test_fs_tcp_connect_refused_by_landlock_network_rules(tmp_path: Path, tcp_listener: socket.socket) -> None:
+def test_fs_tcp_connect_refused_by_landlock_network_rules(tmp_path: Path,
+                                                          tcp_listener: socket.socket) -> None:
     if landlock_abi() < 4:
         pytest.skip("Landlock network rules need ABI 4")
     port = tcp_listener.getsockname()[1]
@@ -532,10 +541,12 @@ def test_seccomp_fork_is_refused(tmp_path: Path) -> None:
 
 
 def test_seccomp_exec_and_subprocess_are_refused(tmp_path: Path) -> None:
-    refused(run(tmp_path, {"seccomp"}, lambda: os.execv("/bin/sh", ["sh", "-c", "true"])), "PermissionError", errno.EPERM)
+    refused(run(tmp_path, {"seccomp"}, lambda: os.execv("/bin/sh", ["sh", "-c", "true"])),
+            "PermissionError", errno.EPERM)
     refused(run(tmp_path, {"seccomp"}, lambda: subprocess.run(["/bin/sh", "-c", "true"], check=False)),
             "PermissionError", errno.EPERM)
-    refused(run(tmp_path, {"seccomp"}, lambda: os.posix_spawn("/bin/sh", ["sh"], {})), "PermissionError", errno.EPERM)
+    refused(run(tmp_path, {"seccomp"}, lambda: os.posix_spawn("/bin/sh", ["sh"], {})),
+            "PermissionError", errno.EPERM)
 
 
 def test_seccomp_sockets_are_refused(tmp_path: Path) -> None:
@@ -568,12 +579,14 @@ def test_seccomp_signals_to_self_work_to_others_not(tmp_path: Path, usr1_guard: 
 
 
 def test_seccomp_clone3_says_enosys_so_libc_falls_back(tmp_path: Path) -> None:
-    assert run(tmp_path, {"seccomp"}, lambda: syscall("clone3", None, ctypes.c_size_t(0))).value == [-1, errno.ENOSYS]
+    out = run(tmp_path, {"seccomp"}, lambda: syscall("clone3", None, ctypes.c_size_t(0)))
+    assert out.value == [-1, errno.ENOSYS]
 
 
 def test_seccomp_thread_with_a_namespace_flag_is_refused(tmp_path: Path) -> None:
     flags = 0x00000100 | 0x00000800 | 0x00010000 | 0x40000000  # CLONE_VM|SIGHAND|THREAD|NEWNET
-    assert run(tmp_path, {"seccomp"}, lambda: syscall("clone", flags, None, None, None, None)).value == [-1, errno.EPERM]
+    out = run(tmp_path, {"seccomp"}, lambda: syscall("clone", flags, None, None, None, None))
+    assert out.value == [-1, errno.EPERM]
 
 
 def test_seccomp_x32_syscalls_kill_the_process(tmp_path: Path) -> None:

@@ -87,14 +87,17 @@ class _PathBeneathAttr(ctypes.Structure):
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version, or LandlockError saying why there is none."""
-    res = _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
+    res = _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                   ctypes.c_uint32(CREATE_RULESET_VERSION))
     if res >= 0:
         return int(res)
     err = ctypes.get_errno()
     if err == errno.ENOSYS:
-        raise LandlockError("the kernel has no Landlock syscalls (Linux < 5.13, or built without CONFIG_SECURITY_LANDLOCK)")
+        raise LandlockError("the kernel has no Landlock syscalls "
+                            "(Linux < 5.13, or built without CONFIG_SECURITY_LANDLOCK)")
     if err == errno.EOPNOTSUPP:
-        raise LandlockError("Landlock is built in but not enabled at boot (add 'landlock' to the lsm= kernel parameter)")
+        raise LandlockError("Landlock is built in but not enabled at boot "
+                            "(add 'landlock' to the lsm= kernel parameter)")
     raise LandlockError(f"landlock_create_ruleset(VERSION) failed: {os.strerror(err)}")
 
 
@@ -136,7 +139,8 @@ def prepare(read_paths: tuple[str, ...], rw_files: tuple[str, ...] = ()) -> Rule
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     rules: list[tuple[str, int]] = []
-    wanted = [(p, FS_READ_FILE | FS_READ_DIR) for p in read_paths] + [(p, FS_READ_FILE | FS_WRITE_FILE) for p in rw_files]
+    wanted = [(p, FS_READ_FILE | FS_READ_DIR) for p in read_paths]
+    wanted += [(p, FS_READ_FILE | FS_WRITE_FILE) for p in rw_files]
     for path, rights in wanted:
         try:
             is_dir = os.path.isdir(path) if os.path.exists(path) else None

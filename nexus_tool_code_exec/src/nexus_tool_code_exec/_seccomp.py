@@ -82,7 +82,8 @@ _X86_64 = {
     "quotactl": 179, "acct": 163, "swapon": 167, "swapoff": 168, "reboot": 169,
     "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
     "sethostname": 170, "setdomainname": 171, "syslog": 103, "vhangup": 153,
-    "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "nfsservctl": 180, "seccomp": 317,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "nfsservctl": 180,
+    "seccomp": 317,
     "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semtimedop": 220,
     "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
     "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
@@ -112,7 +113,8 @@ _AARCH64 = {
     "quotactl": 60, "acct": 89, "swapon": 224, "swapoff": 225, "reboot": 142,
     "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
     "sethostname": 161, "setdomainname": 162, "syslog": 116, "vhangup": 58,
-    "open_by_handle_at": 265, "name_to_handle_at": 264, "fanotify_init": 262, "nfsservctl": 42, "seccomp": 277,
+    "open_by_handle_at": 265, "name_to_handle_at": 264, "fanotify_init": 262, "nfsservctl": 42,
+    "seccomp": 277,
     "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193, "semtimedop": 192,
     "semctl": 191, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
     "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
@@ -464,7 +466,8 @@ class Prepared:
                 raise SeccompError("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)")
         if res > 0:
             raise SeccompError(f"another thread (tid {res}) could not be synchronised with the filter")
-        raise SeccompError(f"installing the filter failed: {errno.errorcode.get(err, str(err))} ({os.strerror(err)})")
+        name = errno.errorcode.get(err, str(err))
+        raise SeccompError(f"installing the filter failed: {name} ({os.strerror(err)})")
 
 
 def prepare(deny_metadata: bool) -> Prepared:

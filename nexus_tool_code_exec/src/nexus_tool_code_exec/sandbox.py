@@ -35,8 +35,9 @@ Layers (fixed names, applied in this order; `SandboxPolicy.layers` picks which):
                the table get ENOSYS; a foreign architecture or x32 syscall kills the process.
 
 Always done, whatever the layers: own process group (`os.setpgid(0, 0)`, so a timeout can kill
-the group; not setsid, whose scheduler autogroup costs up to several ms), every fd not kept closed and 0/1/2 on /dev/null unless kept, cwd = scratch_dir,
-no .pyc writing, and SIGKILL when the parent (the zygote) dies.
+the group; not setsid, whose scheduler autogroup costs up to several ms), every fd not kept
+closed and 0/1/2 on /dev/null unless kept, cwd = scratch_dir, no .pyc writing, and SIGKILL when
+the parent (the zygote) dies.
 
 What a script sees when it is refused (errno -> Python exception):
 
@@ -54,12 +55,29 @@ What a script sees when it is refused (errno -> Python exception):
   OSError "Too many open files". Threads beyond the limit: EAGAIN -> RuntimeError "can't start
   new thread".
 
-Known limits (what a child can still do): see the README section of the report and the comments
-at `enter()`; in short: learn the existence, size and times of files anywhere with stat() (Landlock
-does not govern metadata reads), connect to a pathname unix socket if seccomp is off, read heap
-copies of the zygote's environment with ctypes (start the zygote with a clean env), fill the
-scratch file system with many files of file_size_mb each, and use all CPU cores with threads up
-to cpu_seconds of CPU time.
+For the zygote: call `prepare(policy)` once before forking (the seccomp programs, the Landlock
+ruleset and the environment block's address are then worked out once instead of in every child),
+pass `make_shared_netns()`'s fd as `SandboxPolicy.net_fd` (joining a namespace costs ~15 us,
+creating one ~0.6 ms), start the zygote itself with a clean environment, and `gc.freeze()` after
+its imports so children do not copy-on-write the whole heap on their first collection.
+
+What a child can still do (known, by design or beyond these layers):
+
+- stat() any path it can guess: existence, size, owner and times (Landlock governs opening and
+  changing the tree, not metadata reads). Never the content or a directory listing.
+- read heap copies of the zygote's environment with ctypes: enter() clears os.environ, libc's
+  environ and the exec-time block, not freed heap memory. Start the zygote with a clean env.
+- fill the scratch file system: RLIMIT_FSIZE bounds each file, not their number; put scratch on
+  a size-limited file system if that matters. Same for memfd_create (tmpfs memory, file_size_mb
+  per memfd, open_files of them).
+- use every CPU core with threads, for cpu_seconds of CPU time in total (the wall-clock timeout is
+  the runner's).
+- without ``seccomp``: connect to a pathname unix socket it can reach (they cross network
+  namespaces, and Landlock ABI <= 7 does not govern connect); without ``fs``: read every file root
+  can (``uid`` keeps CAP_DAC_READ_SEARCH) and, if ``uid`` is off too, write them. The layers are
+  meant to be used together; `probe()` says which this machine has.
+- the deny-list filter allows syscalls it does not name; unknown numbers above the table get
+  ENOSYS. A thread may change its own affinity or priority (pid 0), not another process's.
 """
 
 from __future__ import annotations
@@ -159,7 +177,8 @@ def _runtime_read_paths_cached(extra: tuple[str, ...]) -> tuple[str, ...]:
     add(cfg.get("stdlib"))
     add(cfg.get("platstdlib"))
     # sys.path entries inside the interpreter's prefixes: site-packages, lib-dynload, pythonXY.zip.
-    prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                             sys.base_exec_prefix)}
     for entry in sys.path:
         if entry and any(os.path.abspath(entry).startswith(pre + os.sep) for pre in prefixes):
             add(entry)
@@ -381,7 +400,8 @@ def _apply_rlimits(limits: Limits) -> str:
             resource.setrlimit(which, (soft, hard))
         except (OSError, ValueError) as exc:
             raise SandboxError("rlimits", f"setrlimit({which}, {soft}, {hard}): {exc}") from None
-    return (f"address space {limits.memory_mb} MiB, CPU {limits.cpu_seconds} s, {limits.open_files} open files, "
+    return (f"address space {limits.memory_mb} MiB, CPU {limits.cpu_seconds} s, "
+            f"{limits.open_files} open files, "
             f"{limits.file_size_mb} MiB per file, {limits.threads} threads (with uid), no core dumps")
 
 
@@ -519,7 +539,8 @@ def _apply_seccomp(deny_metadata: bool) -> str:
     except _seccomp.SeccompError as exc:
         raise SandboxError("seccomp", str(exc)) from None
     extra = "; chmod/chown/utime/xattr refused too" if deny_metadata else ""
-    return (f"{prepared.arch.machine} filter of {prepared.template.length} BPF instructions: fork, exec, sockets, "
+    return (f"{prepared.arch.machine} filter of {prepared.template.length} BPF instructions: "
+            f"fork, exec, sockets, "
             f"ptrace, namespaces and signals to other pids refused (EPERM){extra}; foreign arch killed")
 
 
@@ -726,8 +747,8 @@ _CHECKS: dict[str, Callable[[_ProbeEnv], str | None]] = {
 class ChildOutcome:
     """How a `run_in_child` child ended. value: what fn returned (through JSON); error:
     "SandboxError: ..." or "<ExceptionType>: message" if enter() or fn raised, with `layer` and
-    `reason` for a SandboxError, `errno` for an OSError; exit_code or signal: how the process ended (no report at all
-    when it was killed)."""
+    `reason` for a SandboxError, `errno` for an OSError; exit_code or signal: how the process
+    ended (no report at all when it was killed); enter_ms: what enter() took in the child."""
 
     value: Any = None
     error: str | None = None
