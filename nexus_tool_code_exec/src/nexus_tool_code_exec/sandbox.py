@@ -89,6 +89,7 @@ import importlib.util
 import json
 import os
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -816,19 +817,32 @@ def run_in_child(policy: SandboxPolicy, fn: Callable[[], Any], timeout: float = 
 
 
 def _reap(pid: int, deadline: float) -> int:
-    """waitpid until `deadline`; a child still running then is killed (with its group)."""
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            return os.waitpid(pid, 0)[1]
-        time.sleep(0.002)
+    """waitpid until `deadline`; a child still running then is killed (with its group). Waits on
+    a pidfd where there is one, so the parent wakes the moment the child is gone."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return os.waitpid(pid, 0)[1]
+            if pidfd is not None:
+                select.select([pidfd], [], [], remaining)
+            else:
+                time.sleep(min(0.002, remaining))
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
