@@ -388,6 +388,18 @@ def test_uid_child_is_not_root_and_keeps_only_read_search(tmp_path: Path) -> Non
     assert (tmp_path / "scratch").stat().st_uid == uid
 
 
+def test_uid_scratch_contents_are_handed_over_but_not_hard_links_out(tmp_path: Path, secret: Path) -> None:
+    needs_root()
+    scratch = tmp_path / "scratch"
+    (scratch / "inputs").mkdir(parents=True)
+    (scratch / "inputs" / "data.csv").write_text("a,b")
+    os.link(secret, scratch / "linked")  # the same inode as a file outside scratch
+    out = run(tmp_path, {"uid"}, lambda: Path("inputs/data.csv").write_text("a,b,c"))
+    assert out.error is None, out
+    assert (scratch / "inputs" / "data.csv").read_text() == "a,b,c"
+    assert secret.stat().st_uid == 0
+
+
 def test_uid_signal_to_the_test_process_is_refused(tmp_path: Path, usr1_guard: list[int]) -> None:
     needs_root()
     refused(run(tmp_path, {"uid"}, signal_parent), "PermissionError", errno.EPERM)

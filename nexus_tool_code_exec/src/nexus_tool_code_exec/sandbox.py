@@ -94,6 +94,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -308,11 +309,11 @@ FIXED_ENV_KEYS = ("HOME", "LANG", "TMPDIR", "TZ")
 def _proc_stat_fields() -> list[bytes]:
     fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        stat = os.read(fd, 4096)
+        raw = os.read(fd, 4096)
     finally:
         os.close(fd)
     # The fields after "pid (comm) ", numbered from 3 (state); comm may hold spaces and parens.
-    return stat[stat.rindex(b")") + 2:].split()
+    return raw[raw.rindex(b")") + 2:].split()
 
 
 @functools.cache
@@ -479,7 +480,11 @@ def _chown_tree(top: str, uid: int) -> None:
             return  # the usual case, a fresh scratch dir: skip os.walk's cost
     for dirpath, dirnames, filenames in os.walk(top):
         for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                continue  # a hard link: the same inode has a name outside scratch too; leave it
+            os.lchown(path, uid, uid)
 
 
 def _apply_uid(policy: SandboxPolicy) -> str:
