@@ -15,6 +15,7 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import importlib.machinery
 import itertools
 import json
 import os
@@ -322,13 +323,32 @@ def install_modules(start: dict[str, Any]) -> None:
     skills_pkg = types.ModuleType("skills", "Helpers of the active skills.")
     skills_pkg.__path__ = []
     sys.modules["skills"] = skills_pkg
-    for name, files in (start.get("skills") or {}).items():
-        mod = types.ModuleType(f"skills.{name}")
-        mod.__file__ = f"skills/{name}/__init__.py"
-        for filename, source in files:
-            exec(compile(source, f"skills/{name}/{filename}", "exec", dont_inherit=True), mod.__dict__)
-        sys.modules[f"skills.{name}"] = mod
-        setattr(skills_pkg, name, mod)
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]
+    sys.meta_path.insert(0, SkillHelpers(start.get("skills") or {}))
+
+
+class SkillHelpers:
+    """Imports `skills.<name>` from the helper sources the host sent, when the script imports
+    it: one active skill with a helper that cannot load here (a library that is not installed,
+    a command-line script) then fails only the scripts that import that skill, not every script."""
+
+    def __init__(self, skills: dict[str, list[tuple[str, str]]]) -> None:
+        self.skills = skills
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, name = fullname.partition(".")
+        if package != "skills" or name not in self.skills:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin=f"skills/{name}/__init__.py")
+
+    def create_module(self, spec: Any) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__.partition(".")[2]
+        module.__file__ = f"skills/{name}/__init__.py"
+        for filename, source in self.skills[name]:
+            exec(compile(source, f"skills/{name}/{filename}", "exec", dont_inherit=True), module.__dict__)
 
 
 def run_script(channel: Channel, start: dict[str, Any]) -> dict[str, Any]:

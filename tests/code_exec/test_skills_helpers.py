@@ -1,0 +1,168 @@
+"""Skill helpers: the .py files of an active skill import as `skills.<name>` in a script; after
+the skill is deactivated the import is rejected; run_code's description lists the helpers.
+
+Skills come from nexus_core.skills (discovery, activation, `active_skills`) and the `skill`
+tool of the `nexus.skills` plugin.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nexus_core import Nexus, ToolDef
+from nexus_core.testing import NexusFactory, assert_error, assert_ok
+
+skills_api = pytest.importorskip("nexus_core.skills", reason="nexus_core.skills (the skills API) is not there yet")
+
+CE = "nexus.tool.code_exec"
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+@pytest.fixture
+def skills_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "skills"
+    write(root / "math-helpers" / "SKILL.md", """\
+        ---
+        name: math-helpers
+        description: Arithmetic helpers for run_code scripts.
+        ---
+        Use skills.math_helpers in run_code.
+        """)
+    write(root / "math-helpers" / "helpers.py", """\
+        def double(x):
+            return 2 * x
+
+        def ratio(a, b):
+            return a / b
+        """)
+    write(root / "math-helpers" / "more.py", """\
+        import tools
+
+        def triple(x):
+            return 3 * x
+
+        def shout(text):
+            return tools.echo(text=text.upper()).output
+        """)
+    write(root / "math-helpers" / "test_helpers.py", "raise RuntimeError('test files are not helpers')\n")
+    write(root / "text-tools" / "SKILL.md", "---\nname: text-tools\n---\nText helpers.\n")
+    write(root / "text-tools" / "text.py", "def words(s):\n    return s.split()\n")
+    write(root / "no-code" / "SKILL.md", "---\nname: no-code\n---\nInstructions only.\n")
+    return root
+
+
+ECHO = ToolDef(name="echo", handler=lambda arguments: arguments["text"],
+               input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+
+
+@pytest.fixture
+def nx(nexus_factory: NexusFactory, skills_dir: Path) -> Nexus:
+    return nexus_factory(plugins=[CE, "nexus.skills"], tools=[ECHO],
+                         config={"skills": [str(skills_dir)], "plugins": {CE: {"timeout_seconds": 2}}})
+
+
+def run(nx: Nexus, script: str) -> Any:
+    return nx.invoke("run_code", {"script": textwrap.dedent(script)})
+
+
+USES_MATH = """\
+    import skills.math_helpers as h
+    from skills import math_helpers
+
+    def run(ctx):
+        return [h.double(21), math_helpers.triple(2), math_helpers.shout("hi")]
+    """
+
+
+def test_an_active_skills_py_files_import_as_skills_name(nx: Nexus) -> None:
+    skills_api.activate_skill(nx, "math-helpers")
+    result = assert_ok(run(nx, USES_MATH))
+    assert result.output_structured["result"] == [42, 6, "HI"]
+
+
+def test_a_skill_that_is_not_active_cannot_be_imported(nx: Nexus) -> None:
+    result = assert_error(run(nx, USES_MATH))
+    assert result.error.startswith("script rejected: line 1: skill 'math_helpers' is not active (active skills: none)")
+
+
+def test_after_deactivation_the_import_is_rejected(nx: Nexus) -> None:
+    skills_api.activate_skill(nx, "math-helpers")
+    assert_ok(run(nx, USES_MATH))
+    assert skills_api.deactivate_skill(nx, "math-helpers")
+    assert_error(run(nx, USES_MATH), "script rejected: line 1: skill 'math_helpers' is not active")
+
+
+def test_the_description_lists_the_helpers_of_active_skills_only(nx: Nexus) -> None:
+    assert "skills.math_helpers" not in nx.tool("run_code").description
+    skills_api.activate_skill(nx, "math-helpers")
+    skills_api.activate_skill(nx, "no-code")
+    description = nx.tool("run_code").description
+    assert "Skill helpers: skills.math_helpers." in description
+    assert "skills.no_code" not in description  # a skill without .py files has no helpers
+    skills_api.deactivate_skill(nx, "math-helpers")
+    assert "skills.math_helpers" not in nx.tool("run_code").description
+
+
+def test_a_skill_activated_through_the_skill_tool_is_importable(nx: Nexus) -> None:
+    assert_ok(nx.invoke("skill", {"name": "math-helpers"}))
+    assert assert_ok(run(nx, USES_MATH)).output_structured["result"][0] == 42
+
+
+def test_two_active_skills_are_each_their_own_module(nx: Nexus) -> None:
+    skills_api.activate_skill(nx, "math-helpers")
+    skills_api.activate_skill(nx, "text-tools")
+    result = assert_ok(run(nx, """\
+        import skills.math_helpers as m
+        import skills.text_tools as t
+
+        def run(ctx):
+            return {"n": m.double(len(t.words("a b c"))), "t_has_double": hasattr(t, "double")}
+        """))
+    assert result.output_structured["result"] == {"n": 6, "t_has_double": False}
+
+
+def test_test_files_of_a_skill_are_not_loaded(nx: Nexus) -> None:
+    """test_helpers.py raises when executed; the script runs, so it was left out."""
+    skills_api.activate_skill(nx, "math-helpers")
+    assert_ok(run(nx, "import skills.math_helpers as h\n\ndef run(ctx):\n    return h.double(1)\n"))
+
+
+def test_an_error_inside_a_helper_names_the_scripts_line(nx: Nexus) -> None:
+    skills_api.activate_skill(nx, "math-helpers")
+    result = assert_error(run(nx, """\
+        import skills.math_helpers as h
+
+        def run(ctx):
+            return h.ratio(1, 0)
+        """))
+    assert result.error == "runtime error: line 4: ZeroDivisionError: division by zero"
+
+
+def test_an_edited_helper_is_used_by_the_next_run(nx: Nexus, skills_dir: Path) -> None:
+    skills_api.activate_skill(nx, "math-helpers")
+    script = "import skills.math_helpers as h\n\ndef run(ctx):\n    return h.double(5)\n"
+    assert assert_ok(run(nx, script)).output_structured["result"] == 10
+    write(skills_dir / "math-helpers" / "helpers.py", "def double(x):\n    return x + x + 1\n")
+    assert assert_ok(run(nx, script)).output_structured["result"] == 11
+
+
+def test_a_broken_helper_breaks_only_the_scripts_that_import_it(nx: Nexus, skills_dir: Path) -> None:
+    """Helpers load when imported: an active skill whose .py file cannot load here (a library
+    that is not installed, a CLI script) must not take every other script down with it."""
+    write(skills_dir / "broken" / "SKILL.md", "---\nname: broken\n---\nShips a script that needs a missing library.\n")
+    write(skills_dir / "broken" / "cli.py", "import library_that_is_not_installed\n")
+    skills_api.skill_set(nx).refresh()
+    skills_api.activate_skill(nx, "math-helpers")
+    skills_api.activate_skill(nx, "broken")
+    assert assert_ok(run(nx, USES_MATH)).output_structured["result"][0] == 42
+    assert_ok(run(nx, "def run(ctx):\n    return 1\n"))
+    result = assert_error(run(nx, "import skills.broken\n\ndef run(ctx):\n    return 1\n"))
+    assert result.error == "runtime error: line 1: ModuleNotFoundError: No module named 'library_that_is_not_installed'"
