@@ -17,7 +17,10 @@ from typing import Any
 
 from ._config import ConfigError
 from ._converter import unstructure
+from ._models import CodeExecChunk, ToolCall
 from ._nexus import Nexus
+from ._plugins import call_for_plugin, describe_exception
+from .hookspecs import hookimpl
 from .adapters import FORMATS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -161,12 +164,83 @@ def cmd_skills(nx: Nexus, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(nx: Nexus, args: argparse.Namespace) -> int:
+    """Run a script through run_code: its output streamed live, the result JSON printed last."""
+    if nx.tool("run_code") is None:
+        raise UsageError("run_code is not available: install nexus-tool-code-exec (or activate "
+                         "nexus.tool.code_exec in plugins.active)")
+    try:
+        script = sys.stdin.read() if str(args.script) == "-" else Path(args.script).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.script}: {exc.strerror or exc}") from None
+    call = ToolCall(name="run_code", arguments={"script": script})
+
+    class LiveOutput:
+        @hookimpl
+        def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
+            if chunk.call_id == call.id and chunk.data:
+                stream = sys.stderr if chunk.stream == "stderr" else sys.stdout
+                stream.write(chunk.data)
+                stream.flush()
+
+    printer = LiveOutput()
+    name = nx.register(printer, name="nexus.cli.live-output")
+    try:
+        result = nx.invoke(call)
+    finally:
+        nx.unregister(name)
+    structured = result.output_structured if isinstance(result.output_structured, dict) else {}
+    if structured.get("stdout") and not structured["stdout"].endswith("\n"):
+        print()
+    if structured.get("stdout_truncated"):
+        print("nexus: output truncated at max_output_bytes", file=sys.stderr)
+    if args.json:
+        print(json.dumps(unstructure(result), indent=2, ensure_ascii=False))
+    elif result.is_error:
+        print(f"error: {result.error}", file=sys.stderr)
+    else:
+        print(json.dumps(structured.get("result"), indent=2, ensure_ascii=False))
+    return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+def cmd_doctor(nx: Nexus, args: argparse.Namespace) -> int:
+    """What this machine gives each plugin: for run_code, each sandbox layer and what a run costs."""
+    import platform
+
+    from . import __version__
+
+    print(f"nexus-core {__version__} on Python {platform.python_version()} ({sys.executable})")
+    print(f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs")
+    print(f"workspace: {nx.config.workspace}")
+    status = EXIT_OK
+    for failure in nx.failures:
+        print(f"error: plugin {failure.name} failed ({failure.phase}): {failure.error}")
+        status = EXIT_FAILED
+    pm = nx.plugin_manager
+    for plugin_name, _ in pm.list_name_plugin():
+        try:
+            reports = call_for_plugin(pm, "nexus_doctor", plugin_name, nexus=nx)
+        except Exception as exc:
+            reports = [[f"error: its nexus_doctor raised {describe_exception(exc)}"]]
+        lines = [str(line) for report in reports for line in report]
+        if not lines:
+            continue
+        print(f"\n{plugin_name}:")
+        for line in lines:
+            print(f"  {line}")
+            if line.startswith("error:"):
+                status = EXIT_FAILED
+    return status
+
+
 COMMANDS: dict[str, Callable[[Nexus, argparse.Namespace], int]] = {
     "tools": cmd_tools,
     "call": cmd_call,
     "plugins": cmd_plugins,
     "schemas": cmd_schemas,
     "skills": cmd_skills,
+    "run": cmd_run,
+    "doctor": cmd_doctor,
 }
 
 
@@ -194,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("skills", help="list the skills found (name, description, folder); broken ones on stderr")
     p.add_argument("--json", action="store_true", help="print skills and problems as JSON")
+
+    p = sub.add_parser("run", help="run a Python script through run_code, streaming its output")
+    p.add_argument("script", metavar="SCRIPT.py", help="the script ('-' reads stdin)")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON last")
+
+    sub.add_parser("doctor", help="show what this machine gives the plugins (run_code's sandbox layers)")
     return parser
 
 

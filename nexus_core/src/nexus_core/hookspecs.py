@@ -78,6 +78,15 @@ def nexus_shutdown(nexus: Nexus) -> None:
     is logged and the others still shut down."""
 
 
+@hookspec
+def nexus_doctor(nexus: Nexus) -> list[str] | None:
+    """Report, for `nexus doctor`, what this plugin needs from the machine and whether it has
+    it: return lines of text (e.g. one per sandbox layer, "active" or "unavailable: why"), or
+    None to say nothing. Start a line with "error:" for a requirement that is not met: `nexus
+    doctor` then exits 1. Called once per plugin, in the order plugins started.
+    """
+
+
 # -- tools ----------------------------------------------------------------------------------
 
 

@@ -77,6 +77,12 @@ def nexus_shutdown(nexus: Nexus) -> None:
         engine.close()
 
 
+@hookimpl
+def nexus_doctor(nexus: Nexus) -> list[str] | None:
+    engine = engine_for(nexus)
+    return engine.doctor_lines() if engine is not None else None
+
+
 def engine_for(nexus: Nexus) -> CodeExec | None:
     """The run_code engine of a Nexus (for `nexus run`, `nexus doctor` and tests)."""
     return nexus.plugin_state(PLUGIN_ID).get("engine")

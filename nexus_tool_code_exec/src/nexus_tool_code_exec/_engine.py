@@ -6,9 +6,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shutil
+import statistics
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +46,20 @@ class _Unavailable:
     active: bool = False
 
 
+#: layers to treat as unavailable, e.g. to see how run_code behaves on a machine without them
+ENV_DISABLE_LAYERS = "NEXUS_SANDBOX_DISABLE"
+
+
 def _layer_statuses() -> dict[str, Any]:
     try:
         from . import sandbox
     except ImportError as exc:
         return {name: _Unavailable(name, f"the sandbox module is missing ({exc})") for name in LAYERS}
-    return sandbox.probe()
+    statuses = dict(sandbox.probe())
+    for name in os.environ.get(ENV_DISABLE_LAYERS, "").split(","):
+        if name.strip() in statuses:
+            statuses[name.strip()] = _Unavailable(name.strip(), f"disabled by {ENV_DISABLE_LAYERS}")
+    return statuses
 
 
 @functools.cache
@@ -249,34 +260,35 @@ class CodeExec:
         }
 
     def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        script = arguments["script"]
-        call_id = ctx.call_id
+        return self._result(self.execute(arguments["script"], ctx.call_id))
+
+    def execute(self, script: str, call_id: str, *, record: bool = True) -> Outcome:
+        """Check and run one script. With `record` (the tool's own calls), persist it and fire
+        the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
         skills = self.skill_helpers()
         try:
             check_script(script, self.config["allowed_packages"], active_skills=skills,
                          reject_threads=self.config["reject_threads"])
         except ScriptRejected as exc:
-            outcome = Outcome(error=str(exc))
-            self._persist(call_id, script, outcome)
-            return self._result(outcome)
-
+            return self._finish(call_id, script, Outcome(error=str(exc)), record, announced=False)
         missing = self.missing_required()
         if missing:
             outcome = Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
-            self._persist(call_id, script, outcome)
-            return self._result(outcome)
+            return self._finish(call_id, script, outcome, record, announced=False)
 
         bindings = self.bindings()
         launcher = self.launcher()
         bindings_key = f"{id(self)}:{self.nexus.tools_version}"
         if isinstance(launcher, ZygoteLauncher):
             launcher.preload(bindings_key, bindings.source)
-        session = self._session_dir(call_id)
-        self.nexus.hook.nexus_code_exec_request(
-            request=CodeExecRequest(call_id=call_id, script=script, session_dir=str(session) if session else None)
-        )
+        if record:
+            session = self._session_dir(call_id)
+            self.nexus.hook.nexus_code_exec_request(
+                request=CodeExecRequest(call_id=call_id, script=script,
+                                        session_dir=str(session) if session else None)
+            )
         run = ScriptRun(self.nexus, call_id, self.settings, frozenset(bindings.functions.values()),
-                        emit_chunk=self._emit_chunk)
+                        emit_chunk=self._emit_chunk if record else (lambda chunk: None))
         scratch = tempfile.mkdtemp(prefix="nexus-run-")
         try:
             start = {
@@ -293,13 +305,51 @@ class CodeExec:
             outcome = run.run(launcher, self.policy(scratch), start)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        self._persist(call_id, script, outcome)
-        self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
-            call_id=call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
-            stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
-            tool_calls=len(outcome.calls),
-        ))
-        return self._result(outcome)
+        return self._finish(call_id, script, outcome, record, announced=True)
+
+    def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool) -> Outcome:
+        if record:
+            self._persist(call_id, script, outcome)
+            if announced:
+                self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
+                    call_id=call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
+                    stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
+                    tool_calls=len(outcome.calls),
+                ))
+        return outcome
+
+    # -- nexus doctor -----------------------------------------------------------------------
+
+    def trivial_run_ms(self, runs: int = 20) -> float:
+        """The median wall time of `def run(ctx): return 1`, launch to result, in ms."""
+        times = []
+        for i in range(runs + 1):
+            began = time.perf_counter()
+            outcome = self.execute("def run(ctx):\n    return 1\n", f"doctor-{i}", record=False)
+            if outcome.error:
+                raise RuntimeError(outcome.error)
+            times.append((time.perf_counter() - began) * 1000)
+        return statistics.median(times[1:])  # the first one may start the zygote
+
+    def doctor_lines(self) -> list[str]:
+        lines = []
+        try:
+            self.launcher()
+        except Exception as exc:
+            lines.append(f"error: no way to start a script's process: {exc}")
+            return lines
+        lines.append(f"launcher: {self.launcher_note}")
+        for name, status in sorted(self.layer_statuses().items()):
+            state = "active" if status.active else "unavailable"
+            lines.append(f"layer {name:<8} {state}: {status.detail}")
+        for missing in self.missing_required():
+            lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
+        if not self.missing_required():
+            try:
+                lines.append(f"a trivial run costs {self.trivial_run_ms():.2f} ms (median of 20)")
+            except Exception as exc:
+                lines.append(f"error: a trivial run failed: {exc}")
+        return lines
 
     def _emit_chunk(self, chunk: CodeExecChunk) -> None:
         try:

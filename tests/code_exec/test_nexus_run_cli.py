@@ -1,0 +1,104 @@
+"""`nexus run SCRIPT.py` and `nexus doctor`, as real subprocesses of the `nexus` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LAYERS = ("rlimits", "net", "fs", "seccomp")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "ws").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "ws" / name).write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "nexus.yaml").write_text(
+        "workspace: ws\nsession_dir: sessions\nskills: []\n"
+        "plugins:\n  active: [nexus.tool.code_exec, nexus.tool.file]\n"
+        "  nexus.tool.code_exec:\n    timeout_seconds: 10\n",
+        encoding="utf-8",
+    )
+    return tmp_path
+
+
+def _nexus(project: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "nexus_core.cli", *args], cwd=project, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_nexus_run_streams_output_live_and_prints_the_result_json_last(project: Path) -> None:
+    (project / "script.py").write_text(
+        "import tools, time\n"
+        "def run(ctx):\n"
+        "    print('first', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "    print('second')\n"
+        "    return {'files': sorted(tools.glob(pattern='*.txt').paths)}\n",
+        encoding="utf-8",
+    )
+    proc = _nexus(project, "run", "script.py")
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    seen_first = time.monotonic()
+    rest, err = proc.communicate(timeout=60)
+    finished = time.monotonic()
+    assert first == "first\n"
+    assert finished - seen_first > 1.0, "the first line should arrive while the script still runs"
+    assert proc.returncode == 0, err
+    lines = rest.splitlines()
+    assert lines[0] == "second"
+    assert json.loads("\n".join(lines[1:])) == {"files": ["a.txt", "b.txt"]}
+
+
+def test_nexus_run_of_a_failing_script_exits_1_with_the_scripts_line(project: Path) -> None:
+    (project / "bad.py").write_text("def run(ctx):\n    print('before')\n    return {}['missing']\n",
+                                    encoding="utf-8")
+    proc = _nexus(project, "run", "bad.py")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert out == "before\n"
+    assert "error: runtime error: line 3: KeyError" in err
+
+
+def test_nexus_run_of_a_rejected_script_exits_1_and_of_a_missing_file_exits_2(project: Path) -> None:
+    (project / "os.py").write_text("import os\ndef run(ctx):\n    return 1\n", encoding="utf-8")
+    proc = _nexus(project, "run", "os.py")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "script rejected: line 1: import of 'os' is not allowed" in err
+    proc = _nexus(project, "run", "nope.py")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "cannot read nope.py" in err
+
+
+def test_nexus_doctor_shows_every_sandbox_layer_active_here_and_what_a_run_costs(project: Path) -> None:
+    proc = _nexus(project, "doctor")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    assert "nexus.tool.code_exec:" in out
+    for layer in LAYERS:
+        assert f"layer {layer:<8} active:" in out, out
+    assert "launcher: warm zygote" in out
+    assert "a trivial run costs" in out
+
+
+def test_nexus_doctor_exits_1_when_a_required_layer_is_missing(project: Path) -> None:
+    config = project / "nexus.yaml"
+    config.write_text(config.read_text() + "    require: [seccomp]\n", encoding="utf-8")
+    env = _env() | {"NEXUS_SANDBOX_DISABLE": "seccomp"}
+    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "doctor"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout
+    assert "error: required layer seccomp" in proc.stdout
