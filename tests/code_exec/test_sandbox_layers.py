@@ -205,6 +205,25 @@ def test_enter_refuses_a_process_with_threads(tmp_path: Path) -> None:
     os.waitpid(pid, 0)
 
 
+def test_enter_accepts_a_child_that_already_leads_its_own_session(tmp_path: Path) -> None:
+    """A spawned child (start_new_session=True) is a session leader: setpgid would refuse it."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            sandbox.enter(sandbox.SandboxPolicy(scratch_dir=str(tmp_path), layers=frozenset(), keep_fds=(w,)))
+            os.write(w, f"ok {os.getpgrp() == os.getpid()}".encode())
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            os.write(w, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 200) == b"ok True"
+    os.close(r)
+    os.waitpid(pid, 0)
+
+
 def test_the_seccomp_program_assembles_for_every_known_architecture() -> None:
     for arch in _seccomp.ARCHES.values():
         for deny_metadata in (True, False):

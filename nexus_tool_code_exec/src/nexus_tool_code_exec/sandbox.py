@@ -606,8 +606,11 @@ def enter(policy: SandboxPolicy) -> None:
         # A process group of our own, not a session: setsid() also creates a scheduler
         # autogroup, measured here at 20 us typical but 3-6 ms at the 90th percentile. The group
         # is what the runner's timeout kills; the terminal is out of reach anyway (0/1/2 are
-        # /dev/null, Landlock refuses /dev/tty, seccomp refuses TIOCSTI).
-        os.setpgid(0, 0)
+        # /dev/null, Landlock refuses /dev/tty, seccomp refuses TIOCSTI). A child that already
+        # leads its group (a spawned one, start_new_session=True) has one, and setpgid would
+        # refuse a session leader with EPERM.
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)
         keep = tuple(policy.keep_fds) + ((policy.net_fd,) if policy.net_fd is not None else ())
         _close_fds(keep)
     except OSError as exc:
