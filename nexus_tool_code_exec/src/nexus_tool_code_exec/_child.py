@@ -227,6 +227,8 @@ class StreamWriter:
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._flags["truncated"] and self._budget[0] <= 0:
+            return len(text)  # past the cap nothing more is sent: do not buffer it either
         with self._lock:
             self._pending += text
             if "\n" in self._pending or len(self._pending) >= 512:

@@ -1,0 +1,180 @@
+"""The acceptance checks of issue 5, one test each, with the real file and shell plugins."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nexus_core import CodeExecChunk, CodeExecResult, Nexus, ToolCall, ToolDef, Veto, hookimpl
+from nexus_core.testing import NexusFactory, assert_error, assert_ok
+
+CE = "nexus.tool.code_exec"
+
+
+class Gate:
+    """Records every call; vetoes the tools named in `veto`."""
+
+    def __init__(self, veto: tuple[str, ...] = ()) -> None:
+        self.calls: list[ToolCall] = []
+        self.veto = veto
+        self.lock = threading.Lock()
+        self.results: list[CodeExecResult] = []
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        with self.lock:
+            self.calls.append(call)
+        return Veto(f"{call.name} is not allowed in this session") if call.name in self.veto else None
+
+    @hookimpl
+    def nexus_code_exec_result(self, result: CodeExecResult) -> None:
+        self.results.append(result)
+
+
+def run(nx: Nexus, script: str, call_id: str = "call_accept") -> Any:
+    return nx.invoke(ToolCall(id=call_id, name="run_code", arguments={"script": textwrap.dedent(script)}))
+
+
+def test_glob_then_parallel_reads_print_a_line_per_file_and_return_counts(
+        nexus_factory: NexusFactory, nexus_workspace: Path) -> None:
+    (nexus_workspace / "alpha.txt").write_text("one\ntwo\n")
+    (nexus_workspace / "beta.txt").write_text("three\n")
+    (nexus_workspace / "gamma.txt").write_text("four\nfive\nsix\n")
+    (nexus_workspace / "notes.md").write_text("not matched\n")
+    gate = Gate()
+    nx = nexus_factory(plugins=[CE, "nexus.tool.file", gate], config={"plugins": {CE: {"timeout_seconds": 5}}})
+    result = assert_ok(run(nx, """\
+        import tools, parallel
+
+        def run(ctx):
+            found = tools.glob(pattern="*.txt")
+            texts = parallel.map(found.paths, lambda p: tools.read(path=p).content)
+            for path, text in zip(found.paths, texts):
+                print(f"{path}: {len(text.splitlines())} lines")
+            return {"files": len(found.paths), "lines": sum(len(t.splitlines()) for t in texts)}
+        """))
+    assert result.output_structured == {
+        "stdout": "alpha.txt: 2 lines\nbeta.txt: 1 lines\ngamma.txt: 3 lines\n",
+        "result": {"files": 3, "lines": 6},
+    }
+    inner = [c for c in gate.calls if c.name != "run_code"]
+    assert sorted((c.name, c.arguments.get("path", c.arguments.get("pattern"))) for c in inner) == [
+        ("glob", "*.txt"), ("read", "alpha.txt"), ("read", "beta.txt"), ("read", "gamma.txt")]
+    assert all(c.parent_call_id == "call_accept" for c in inner)
+
+
+def test_a_gate_that_vetoes_shell_raises_ToolVetoed_and_the_script_goes_on(nexus_factory: NexusFactory) -> None:
+    gate = Gate(veto=("shell",))
+    nx = nexus_factory(plugins=[CE, "nexus.tool.shell", "nexus.tool.file", gate],
+                       config={"plugins": {CE: {"timeout_seconds": 5}}})
+    result = assert_ok(run(nx, """\
+        import tools
+
+        def run(ctx):
+            try:
+                tools.shell(tools.ShellArgs(command="rm -rf /"))
+                outcome = "ran"
+            except tools.ToolVetoed as exc:
+                print("shell refused:", exc.reason)
+                outcome = "vetoed"
+            written = tools.write(path="after.txt", content="went on\\n")
+            return {"shell": outcome, "wrote": written.bytes}
+        """))
+    assert result.output_structured["result"] == {"shell": "vetoed", "wrote": 8}
+    assert result.output_structured["stdout"] == "shell refused: vetoed: shell is not allowed in this session\n"
+    assert [c.name for c in gate.calls if c.parent_call_id == "call_accept"] == ["shell", "write"]
+
+
+def test_32_calls_of_50ms_through_parallel_map_with_8_workers_take_well_under_a_second(
+        nexus_factory: NexusFactory) -> None:
+    def nap(arguments: dict[str, Any]) -> str:
+        time.sleep(0.05)
+        return str(arguments["i"])
+
+    gate = Gate()
+    tool = ToolDef(name="nap", handler=nap, input_schema={"type": "object", "properties": {"i": {"type": "integer"}}})
+    nx = nexus_factory(plugins=[CE, gate], tools=[tool],
+                       config={"plugins": {CE: {"timeout_seconds": 10, "max_workers": 8}}})
+    result = assert_ok(run(nx, """\
+        import tools, parallel, time
+
+        def run(ctx):
+            start = time.monotonic()
+            out = parallel.map(range(32), lambda i: tools.nap(i=i).output)
+            return {"out": out, "seconds": time.monotonic() - start}
+        """))
+    value = result.output_structured["result"]
+    assert value["out"] == [str(i) for i in range(32)]
+    # 32 x 50 ms is 1.6 s one at a time; 4 rounds of 8 is 0.2 s, which is also the floor
+    assert 0.2 <= value["seconds"] < 1.0
+    assert gate.results[-1].duration_seconds < 1.0
+    assert gate.results[-1].tool_calls == 32
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
+
+
+def _descendants() -> set[int]:
+    table, found, frontier = _processes(), set(), [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _, state) in table.items():
+            if ppid == parent and pid not in found and state != "Z":
+                found.add(pid)
+                frontier.append(pid)
+    return found
+
+
+def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_process(
+        nexus_factory: NexusFactory) -> None:
+    seen: list[set[int]] = []
+
+    class Spy:
+        @hookimpl
+        def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
+            if not chunk.final and not seen:
+                seen.append(_descendants() - baseline)
+
+    nx = nexus_factory(plugins=[CE, Spy()], config={"plugins": {CE: {"timeout_seconds": 1}}})
+    assert_ok(run(nx, "def run(ctx):\n    return 1\n", "call_warm"))  # the zygote exists before the snapshot
+    baseline = _descendants()
+    start = time.monotonic()
+    result = run(nx, "def run(ctx):\n    print('start')\n    while True:\n        pass\n")
+    elapsed = time.monotonic() - start
+    assert_error(result, "script timed out after 1s")
+    assert 1.0 <= elapsed < 2.0
+    assert seen and seen[0], "the script's process was not seen running"
+    time.sleep(0.1)
+    table = _processes()
+    for pid in seen[0]:
+        assert table.get(pid, (0, 0, "Z"))[2] == "Z", f"the script's process {pid} is still running"
+        assert [p for p, (_, group, state) in table.items() if group == pid and state != "Z"] == []
+
+
+def test_print_in_a_loop_past_max_output_bytes_is_truncated_and_the_host_is_fine(nexus_factory: NexusFactory) -> None:
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 10, "max_output_bytes": 4096}}})
+    start = time.monotonic()
+    result = assert_ok(run(nx, """\
+        def run(ctx):
+            for i in range(300000):
+                print("line", i, "of a long, long listing")
+            return "finished"
+        """))
+    assert time.monotonic() - start < 8
+    body = result.output_structured
+    assert body["stdout_truncated"] is True and body["result"] == "finished"
+    assert len(body["stdout"].encode()) <= 4096 and body["stdout"].startswith("line 0 of a long, long listing\n")
+    assert_ok(run(nx, "def run(ctx):\n    print('next')\n    return 2\n", "call_next"), '{"stdout": "next\\n", "result": 2}')
