@@ -853,6 +853,13 @@ def _reap(pid: int, deadline: float) -> int:
             os.close(pidfd)
 
 
+# Where the applied detail would describe the probe's own settings rather than the mechanism.
+_PROBE_DETAIL = {
+    "rlimits": "address space, CPU seconds, open files, file size, threads (with uid) and core size capped; "
+               "an allocation past RLIMIT_AS failed",
+}
+
+
 def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
     """Apply only `name` in a forked child, then attack it there."""
     try:
@@ -863,7 +870,8 @@ def _probe_one(name: str, env: _ProbeEnv) -> LayerStatus:
                            layers=frozenset({name}))
     os.environ["NEXUS_SANDBOX_PROBE"] = "1"  # the env check looks for it; the child inherits it
     try:
-        out = run_in_child(policy, lambda: _CHECKS[name](env) or {"ok": applied.get(name, "")})
+        out = run_in_child(policy, lambda: _CHECKS[name](env)
+                           or {"ok": _PROBE_DETAIL.get(name) or applied[name]})
     finally:
         os.environ.pop("NEXUS_SANDBOX_PROBE", None)
     if out.error is not None:
