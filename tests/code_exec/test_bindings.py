@@ -327,3 +327,30 @@ def test_no_tools_gives_a_module_and_a_note(build: Any) -> None:
     tools, bindings = build()
     assert "(no tools registered)" in bindings.stubs
     assert bindings.functions == {}
+
+
+@pytest.mark.parametrize("name", ["x²", "①", "ǅ", "ℌ", "名前", "naïve", "a\u200bb", "self", "ﬁle"])
+def test_unicode_and_attrs_reserved_json_names_round_trip(build: Any, name: str) -> None:
+    """Python parses `ℌ` as `H` (NFKC) and refuses `²` in a name; attrs' __init__ already has a
+    `self`. Each must still give a module that loads and a field that keeps its JSON name."""
+    schema = {"type": "object", "properties": {name: {"type": "string"}, "other": {"type": "integer"}}}
+    tools, _ = build(tool("t", schema, schema))
+    json_names = {f.metadata.get("json", f.name): f.name for f in attrs.fields(tools.TArgs)}
+    assert name in json_names and json_names[name].isidentifier()
+    wire = {name: "v", "other": 1}
+    assert _child.converter.unstructure(_child.converter.structure(wire, tools.TResult)) == wire
+    assert _child.converter.unstructure(tools.TArgs(**{json_names[name]: "v"})) == {name: "v"}
+
+
+def test_names_that_normalise_to_the_same_identifier_stay_apart(build: Any) -> None:
+    schema = {"type": "object", "properties": {"ℌ": {"type": "string"}, "H": {"type": "integer"}}}
+    tools, _ = build(tool("t", schema))
+    assert [f.name for f in attrs.fields(tools.TArgs)] == ["H", "H_2"]
+    assert _child.converter.unstructure(tools.TArgs(H="a", H_2=1)) == {"ℌ": "a", "H": 1}
+
+
+@pytest.mark.parametrize("name", ["x²", "ℌ", "名前"])
+def test_unicode_tool_names_give_callable_functions(build: Any, name: str) -> None:
+    tools, bindings = build(tool(name))
+    [(fname, tname)] = bindings.functions.items()
+    assert tname == name and callable(getattr(tools, fname))

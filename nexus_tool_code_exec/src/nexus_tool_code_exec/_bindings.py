@@ -11,6 +11,7 @@ from __future__ import annotations
 import keyword
 import re
 import textwrap
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,16 +25,20 @@ RUNTIME_NAMES = frozenset({"Result", "ToolError", "ToolVetoed", "ToolFailed", "a
 #: default, or its `attrs.field(...)`), and every later annotation of that class would see that
 #: value instead of the type: `str | None` would become `None | None` and the module would fail.
 ANNOTATION_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict"})
-_NON_IDENT = re.compile(r"\W")
+#: names a field may not take: the annotation names, and `self` (attrs' __init__ has it already)
+FIELD_RESERVED = RUNTIME_NAMES | ANNOTATION_NAMES | {"self"}
 
 
 def py_identifier(name: str, taken: set[str] | None = None, reserved: frozenset[str] = RUNTIME_NAMES) -> str:
     """A valid, non-keyword Python identifier for `name`, unique within `taken` (then added).
 
     Soft keywords (`match`, `case`, `type`, `_`) are valid names wherever the bindings put
-    them, so they are kept as they are."""
-    ident = _NON_IDENT.sub("_", name) or "_"
-    if ident[0].isdigit():
+    them, so they are kept as they are. The result is NFKC-normalised, as Python normalises
+    identifiers when it parses them: otherwise the name in the source (`ℌ`) and the attribute
+    it makes (`H`) differ, and the field's JSON name is lost."""
+    # `\w` is wider than what an identifier may hold (`²`, `①` are word characters)
+    ident = "".join(c if ("a" + c).isidentifier() else "_" for c in unicodedata.normalize("NFKC", name)) or "_"
+    if not ident[0].isidentifier():
         ident = "_" + ident
     if keyword.iskeyword(ident) or ident in reserved:
         ident += "_"
@@ -149,7 +154,7 @@ class _Generator:
         taken: set[str] = set()
         fields = []
         for json_name, sub in (schema.get("properties") or {}).items():
-            attr = py_identifier(json_name, taken, reserved=RUNTIME_NAMES | ANNOTATION_NAMES)
+            attr = py_identifier(json_name, taken, reserved=FIELD_RESERVED)
             typ = self.py_type(sub, (*hint, json_name))
             desc = sub.get("description", "") if isinstance(sub, dict) else ""
             fields.append((attr, json_name, typ, json_name in required, desc))
