@@ -252,3 +252,16 @@ def test_max_workers_one_runs_in_order_one_at_a_time(nexus_factory: Any) -> None
     result = run(nx, "import tools, parallel\n\ndef run(ctx):\n    return parallel.map(range(5), lambda i: tools.probe(ms=5, value=i).value)\n")
     assert value_of(result) == list(range(5))
     assert probe.started == list(range(5)) and probe.peak == 1
+
+
+def test_max_workers_above_the_sandboxs_thread_limit_still_works(nexus_factory: Any) -> None:
+    """The rlimits layer caps a script's threads (RLIMIT_NPROC); a max_workers above that cap
+    must mean 'as many as can run', not a RuntimeError from parallel.map."""
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 5, "max_workers": 200}}})
+    result = run(nx, """\
+        import parallel, time
+
+        def run(ctx):
+            return parallel.map(range(300), lambda i: time.sleep(0.02) or i)
+        """)
+    assert value_of(result) == list(range(300))

@@ -64,10 +64,20 @@ def _run(thunks: list[Callable[[], Any]]) -> list[Any]:
                         failure.append(exc)
                 return
 
-    threads = [threading.Thread(target=worker, daemon=True, name=f"parallel-{k}")
-               for k in range(min(MAX_WORKERS, n))]
-    for t in threads:
-        t.start()
+    threads = []
+    for k in range(min(MAX_WORKERS, n)):
+        thread = threading.Thread(target=worker, daemon=True, name=f"parallel-{k}")
+        try:
+            thread.start()
+        except RuntimeError:
+            # the sandbox caps the threads of a script (RLIMIT_NPROC) below a generous
+            # max_workers: go on with the workers that did start
+            break
+        threads.append(thread)
+    if not threads:
+        for i, thunk in enumerate(thunks):
+            results[i] = thunk()
+        return results
     for t in threads:
         t.join()
     if failure:
