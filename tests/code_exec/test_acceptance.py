@@ -140,28 +140,33 @@ def _descendants() -> set[int]:
 
 def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_process(
         nexus_factory: NexusFactory) -> None:
-    seen: list[set[int]] = []
+    running: list[set[int]] = []
 
     class Spy:
         @hookimpl
         def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
-            if not chunk.final and not seen:
-                seen.append(_descendants() - baseline)
+            if not chunk.final and not running:
+                running.append(_descendants())
 
     nx = nexus_factory(plugins=[CE, Spy()], config={"plugins": {CE: {"timeout_seconds": 1}}})
     assert_ok(run(nx, "def run(ctx):\n    return 1\n", "call_warm"))  # the zygote exists before the snapshot
+    # the zygote and the child it forked ahead for the next script: that child runs the loop
     baseline = _descendants()
     start = time.monotonic()
     result = run(nx, "def run(ctx):\n    print('start')\n    while True:\n        pass\n")
     elapsed = time.monotonic() - start
     assert_error(result, "script timed out after 1s")
     assert 1.0 <= elapsed < 2.0
-    assert seen and seen[0], "the script's process was not seen running"
+    assert running, "the script's output was not seen while it ran"
     time.sleep(0.1)
     table = _processes()
-    for pid in seen[0]:
+    after = {pid for pid in _descendants()}
+    gone = baseline - after
+    assert gone, "the process that ran the loop is still there"
+    for pid in gone:
         assert table.get(pid, (0, 0, "Z"))[2] == "Z", f"the script's process {pid} is still running"
         assert [p for p, (_, group, state) in table.items() if group == pid and state != "Z"] == []
+    assert len(after) == len(baseline), "a process was left behind (beyond the zygote and its one spare)"
 
 
 def test_print_in_a_loop_past_max_output_bytes_is_truncated_and_the_host_is_fine(nexus_factory: NexusFactory) -> None:

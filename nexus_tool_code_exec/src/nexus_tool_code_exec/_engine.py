@@ -7,9 +7,7 @@ import functools
 import json
 import logging
 import os
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -222,11 +220,12 @@ class CodeExec:
         with self._lock:
             if self._launcher is None:
                 mode = self.config["launcher"]
+                policy = self.policy()
                 if mode == "spawn":
-                    self._launcher = SpawnLauncher()
+                    self._launcher = SpawnLauncher(policy)
                     self.launcher_note = "fresh interpreter per script (launcher: spawn in config)"
                 else:
-                    zygote = ZygoteLauncher(self.config["allowed_packages"])
+                    zygote = ZygoteLauncher(self.config["allowed_packages"], policy)
                     try:
                         zygote.start()
                         self._launcher = zygote
@@ -234,7 +233,7 @@ class CodeExec:
                     except Exception as exc:
                         if mode == "zygote":
                             raise
-                        self._launcher = SpawnLauncher()
+                        self._launcher = SpawnLauncher(policy)
                         self.launcher_note = f"fresh interpreter per script: the zygote could not start ({exc})"
             return self._launcher
 
@@ -250,10 +249,10 @@ class CodeExec:
         return [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
                 for name in self.config["require"] if name not in statuses or not statuses[name].active]
 
-    def policy(self, scratch: str) -> dict[str, Any]:
+    def policy(self) -> dict[str, Any]:
+        """How every child of this engine is isolated (each also gets its own scratch folder)."""
         cpu = self.config["cpu_seconds"] or max(1, int(self.settings.timeout_seconds))
         return {
-            "scratch": scratch,
             "layers": self.active_layers(),
             "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},
             "read_paths": list(_read_paths()),
@@ -289,22 +288,18 @@ class CodeExec:
             )
         run = ScriptRun(self.nexus, call_id, self.settings, frozenset(bindings.functions.values()),
                         emit_chunk=self._emit_chunk if record else (lambda chunk: None))
-        scratch = tempfile.mkdtemp(prefix="nexus-run-")
-        try:
-            start = {
-                "call_id": call_id,
-                "script": script,
-                "bindings": bindings.source,
-                "bindings_key": bindings_key,
-                "skills": skills,
-                "max_workers": self.settings.max_workers,
-                "max_output_bytes": self.settings.max_output_bytes,
-                "max_result_bytes": self.settings.max_result_bytes,
-                "timeout": self.settings.timeout_seconds,
-            }
-            outcome = run.run(launcher, self.policy(scratch), start)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        start = {
+            "call_id": call_id,
+            "script": script,
+            "bindings": bindings.source,
+            "bindings_key": bindings_key,
+            "skills": skills,
+            "max_workers": self.settings.max_workers,
+            "max_output_bytes": self.settings.max_output_bytes,
+            "max_result_bytes": self.settings.max_result_bytes,
+            "timeout": self.settings.timeout_seconds,
+        }
+        outcome = run.run(launcher, start)
         return self._finish(call_id, script, outcome, record, announced=True)
 
     def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool) -> Outcome:

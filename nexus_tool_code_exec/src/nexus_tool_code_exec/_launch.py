@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import heapq
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Protocol
@@ -32,6 +34,7 @@ class Child:
     pid: int
     rfd: int  # the host reads the child's messages here
     wfd: int  # the host writes to the child here
+    scratch: str | None = None  # the child's scratch folder, removed on close
     _waiter: Any = attrs.field(default=None, repr=False)  # returns the exit status, or None
     _killer: Any = attrs.field(default=None, repr=False)  # kills the process group, if not ours
     _closed: bool = False
@@ -60,12 +63,17 @@ class Child:
                 os.close(fd)
             except OSError:
                 pass
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class Launcher(Protocol):
+    """Makes children isolated by one policy (layers, limits, read paths); each child gets a
+    scratch folder of its own, which `Child.close()` removes."""
+
     kind: str
 
-    def launch(self, policy: dict[str, Any]) -> Child: ...
+    def launch(self) -> Child: ...
 
     def close(self) -> None: ...
 
@@ -82,6 +90,7 @@ def enter_sandbox(policy: dict[str, Any], keep_fds: tuple[int, ...]) -> list[str
         limits=limits,
         layers=frozenset(policy.get("layers", ())),
         keep_fds=tuple(keep_fds),
+        net_fd=policy.get("net_fd"),
     )
     sandbox.enter(sp)
     return sorted(sp.layers)
@@ -92,12 +101,15 @@ class SpawnLauncher:
 
     kind = "spawn"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, policy: dict[str, Any], python: str | None = None) -> None:
         self.python = python or sys.executable
+        self.policy = policy
 
-    def launch(self, policy: dict[str, Any]) -> Child:
+    def launch(self) -> Child:
         import json
 
+        scratch = tempfile.mkdtemp(prefix="nexus-run-")
+        policy = {**self.policy, "scratch": scratch}
         proc = subprocess.Popen(
             [self.python, "-I", "-m", "nexus_tool_code_exec._child", json.dumps(policy)],
             stdin=subprocess.PIPE,
@@ -119,7 +131,7 @@ class SpawnLauncher:
             except subprocess.TimeoutExpired:
                 return None
 
-        return Child(proc.pid, rfd, wfd, waiter=wait)
+        return Child(proc.pid, rfd, wfd, scratch=scratch, waiter=wait)
 
     def close(self) -> None:
         pass

@@ -187,11 +187,11 @@ class ScriptRun:
 
     # -- the run ----------------------------------------------------------------------------
 
-    def run(self, launcher: Launcher, policy: dict[str, Any], start: dict[str, Any]) -> Outcome:
+    def run(self, launcher: Launcher, start: dict[str, Any]) -> Outcome:
         began = time.monotonic()
         outcome = Outcome()
         try:
-            child = launcher.launch(policy)
+            child = launcher.launch()
         except Exception as exc:
             outcome.error = f"runtime error: could not start the script's process: {exc}"
             return outcome

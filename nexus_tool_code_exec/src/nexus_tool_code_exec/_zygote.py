@@ -1,29 +1,35 @@
 """The warm zygote: a helper process that imports the runtime once and forks one child per script.
 
 Host and zygote talk over a Unix socket pair (JSON lines, plus file descriptors passed with
-SCM_RIGHTS). For each script the host makes two pipes and sends the child's ends with a `fork`
-request; the zygote forks, and the child isolates itself (sandbox.enter) and speaks the run_code
-protocol with the host directly over those pipes, exactly as a spawned child would. The zygote
-stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
-be entered by a single-threaded process); it reaps its children and reports how each ended.
+SCM_RIGHTS). The zygote keeps one child forked ahead of time: with its own scratch folder and two
+pipes, already isolated (sandbox.enter), waiting for a script. A `fork` request hands that child's
+pipe ends to the host (then the zygote forks the next one), and the host speaks the run_code
+protocol with the child directly, exactly as with a spawned child. So a run does not wait for a
+fork or for the sandbox to be set up. The zygote stays single-threaded (forking from a threaded
+process is unsafe, and a user namespace can only be entered by a single-threaded process); it
+reaps its children and reports how each ended.
 
-host -> zygote: {"t": "fork", "req": n, "policy": {...}}  + fds [child reads, child writes]
+host -> zygote: {"t": "fork", "req": n}                  a child for the next script
                 {"t": "kill", "pid": p}                  kill that child's process group
                 {"t": "preload", "key": k, "bindings": src}   compile `tools` once, ahead
-zygote -> host: {"t": "ready", "pid": p}  {"t": "forked", "req": n, "pid": p}
+zygote -> host: {"t": "ready", "pid": p}
+                {"t": "forked", "req": n, "pid": p, "scratch": dir}  + fds [host reads, host writes]
                 {"t": "exit", "pid": p, "status": s}     (s as subprocess reports it)
 """
 
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -36,22 +42,30 @@ MAX_CTRL_MESSAGE = 64 * 1024 * 1024
 # -- the zygote process -----------------------------------------------------------------------
 
 
-def _preimport(allowed: list[str]) -> None:
-    """Import what every script needs, so a forked child starts warm."""
+def _preimport(allowed: list[str]) -> int | None:
+    """Import what every script needs and work out the sandbox's programs once, so a forked
+    child starts warm. Returns the fd of a network namespace children share (root only)."""
     import attrs  # noqa: F401
     import cattrs  # noqa: F401
 
     from . import _child, _parallel  # noqa: F401
 
-    try:
-        from . import sandbox  # noqa: F401
-    except ImportError:
-        pass
     for name in allowed:
         try:
             __import__(name)
         except ImportError:
             pass
+    net_fd = None
+    try:
+        from . import sandbox
+
+        sandbox.prepare()
+        net_fd = sandbox.make_shared_netns()
+    except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
+        pass
+    gc.collect()
+    gc.freeze()  # children then do not touch (and copy) the zygote's objects when they collect
+    return net_fd
 
 
 def _status_of(wait_status: int) -> int:
@@ -60,9 +74,32 @@ def _status_of(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
+def _close_all_but(keep: set[int]) -> None:
+    """Close every fd above 2 except `keep`: a child must not hold another child's pipe ends
+    (its EOF would never come) nor the zygote's socket."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+class _Spare:
+    """A child forked ahead of time: isolated, waiting on its pipe for a script."""
+
+    def __init__(self, pid: int, scratch: str, host_read: int, host_write: int) -> None:
+        self.pid, self.scratch, self.host_read, self.host_write = pid, scratch, host_read, host_write
+
+    def discard(self) -> None:
+        for fd in (self.host_read, self.host_write):
+            os.close(fd)  # the child sees EOF and exits; it is reaped like any other
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any]) -> None:
     ctrl = socket.socket(fileno=ctrl_fd)
-    _preimport(allowed)
+    net_fd = _preimport(allowed)
     from . import _child
 
     wake_r, wake_w = os.pipe()
@@ -72,9 +109,14 @@ def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: set[int] = set()
     preloaded: dict[str, Any] = {}
+    spare: _Spare | None = None
 
-    def send(msg: dict[str, Any]) -> None:
-        ctrl.sendall((json.dumps(msg) + "\n").encode())
+    def send(msg: dict[str, Any], fds: list[int] | None = None) -> None:
+        data = (json.dumps(msg) + "\n").encode()
+        if fds:
+            ctrl.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            ctrl.sendall(data)
 
     def reap() -> None:
         while children:
@@ -87,9 +129,25 @@ def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
             children.discard(pid)
             send({"t": "exit", "pid": pid, "status": _status_of(status)})
 
+    def fork_child() -> _Spare:
+        """A new child with its own scratch folder and pipes; it isolates itself at once and
+        then waits for its script. The zygote keeps only the host's ends of the pipes."""
+        scratch = tempfile.mkdtemp(prefix="nexus-run-")
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
+            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
+                              preloaded)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        children.add(pid)
+        return _Spare(pid, scratch, from_child_r, to_child_w)
+
     send({"t": "ready", "pid": os.getpid()})
+    spare = fork_child()
     buf = b""
-    fds_queue: list[list[int]] = []
     while True:
         readable, _, _ = select.select([ctrl, wake_r], [], [])
         if wake_r in readable:
@@ -100,28 +158,34 @@ def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
             reap()
         if ctrl not in readable:
             continue
-        fds = array.array("i")
         try:
-            data, ancdata, _, _ = ctrl.recvmsg(1 << 16, socket.CMSG_SPACE(16 * fds.itemsize))
+            data = ctrl.recv(1 << 16)
         except InterruptedError:
             continue
         if not data:
             break  # the host went away: stop, and take the children with us
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-                fds_queue.append(list(fds))
         buf += data
         while b"\n" in buf:
             line, _, buf = buf.partition(b"\n")
             msg = json.loads(line)
             kind = msg.get("t")
-            if kind == "preload":
+            if kind == "fork":
+                child = spare or fork_child()
+                spare = None
+                send({"t": "forked", "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
+                     [child.host_read, child.host_write])
+                os.close(child.host_read)
+                os.close(child.host_write)
+                spare = fork_child()  # the next script's child, while this one runs
+            elif kind == "preload":
                 try:
                     preloaded.clear()
                     preloaded[msg["key"]] = _child.compile_bindings(msg["bindings"])
                 except Exception:  # a child will compile it itself and report the error
                     preloaded.clear()
+                if spare is not None:  # it was forked with the old bindings
+                    spare.discard()
+                spare = fork_child()
             elif kind == "kill":
                 pid = int(msg["pid"])
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
@@ -130,20 +194,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
                             target()
                         except (ProcessLookupError, PermissionError):
                             pass
-            elif kind == "fork":
-                child_fds = fds_queue.pop(0) if fds_queue else []
-                if len(child_fds) != 2:
-                    send({"t": "error", "req": msg.get("req"), "message": "fork request without its two fds"})
-                    for fd in child_fds:
-                        os.close(fd)
-                    continue
-                pid = os.fork()
-                if pid == 0:  # the child
-                    _child_after_fork(ctrl, wake_r, wake_w, child_fds, msg.get("policy") or {}, preloaded)
-                children.add(pid)
-                for fd in child_fds:
-                    os.close(fd)
-                send({"t": "forked", "req": msg.get("req"), "pid": pid})
+    if spare is not None:
+        spare.discard()
     for pid in list(children):
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -152,19 +204,14 @@ def zygote_main(ctrl_fd: int, allowed: list[str]) -> None:
     os._exit(0)
 
 
-def _child_after_fork(ctrl: socket.socket, wake_r: int, wake_w: int, fds: list[int],
-                      policy: dict[str, Any], preloaded: dict[str, Any]) -> None:
-    """In the forked child: drop the zygote's ends, isolate, run the script, exit."""
+def _child_after_fork(rfd: int, wfd: int, policy: dict[str, Any], preloaded: dict[str, Any]) -> None:
+    """In the forked child: isolate, wait for the script, run it, exit."""
     from . import _child
 
     code = 0
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        ctrl.close()
-        os.close(wake_r)
-        os.close(wake_w)
-        rfd, wfd = fds
         if policy.get("layers"):
             try:
                 from ._launch import enter_sandbox
@@ -174,7 +221,7 @@ def _child_after_fork(ctrl: socket.socket, wake_r: int, wake_w: int, fds: list[i
                 _child.Channel(rfd, wfd).send({"t": "error", "kind": "sandbox", "message": _child._describe(exc)})
                 os._exit(1)
         else:
-            os.setsid()
+            os.setpgid(0, 0)
             os.chdir(policy["scratch"])
         _child.PRELOADED_BINDINGS.update(preloaded)
         _child.serve(rfd, wfd)
@@ -196,9 +243,10 @@ class ZygoteLauncher:
 
     kind = "zygote"
 
-    def __init__(self, allowed_packages: list[str], python: str | None = None) -> None:
+    def __init__(self, allowed_packages: list[str], policy: dict[str, Any], python: str | None = None) -> None:
         self.python = python or sys.executable
         self.allowed = list(allowed_packages)
+        self.policy = policy
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -226,7 +274,7 @@ class ZygoteLauncher:
             try:
                 self._proc = subprocess.Popen(
                     [self.python, "-I", "-m", "nexus_tool_code_exec._zygote", str(zygote_end.fileno()),
-                     json.dumps(self.allowed)],
+                     json.dumps(self.allowed), json.dumps(self.policy)],
                     pass_fds=(zygote_end.fileno(),),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     start_new_session=True, env=CHILD_ENV, close_fds=True,
@@ -259,24 +307,37 @@ class ZygoteLauncher:
         return json.loads(line), rest
 
     def _read_ctrl(self, sock: socket.socket, buf: bytes) -> None:
+        """Answers from the zygote. A `forked` answer comes with the child's two pipe ends, sent
+        with the message's bytes, so every recvmsg keeps what fds it got in arrival order."""
+        fds_queue: list[list[int]] = []
         try:
             while True:
-                got = self._read_line(sock, buf)
-                if got is None:
-                    break
-                msg, buf = got
+                while b"\n" not in buf:
+                    fds = array.array("i")
+                    data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize))
+                    if not data:
+                        raise EOFError
+                    for level, kind, payload in ancdata:
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+                            fds_queue.append(list(fds))
+                    buf += data
+                line, _, buf = buf.partition(b"\n")
+                msg = json.loads(line)
                 kind = msg.get("t")
                 if kind == "forked":
+                    got = fds_queue.pop(0) if fds_queue else []
                     fut = self._pending.pop(msg.get("req"), None)
-                    if fut is not None:
-                        fut.set_result(int(msg["pid"]))
-                elif kind == "error":
-                    fut = self._pending.pop(msg.get("req"), None)
-                    if fut is not None:
-                        fut.set_exception(ZygoteError(str(msg.get("message"))))
+                    if fut is None or len(got) != 2:
+                        for fd in got:
+                            os.close(fd)
+                        if fut is not None:
+                            fut.set_exception(ZygoteError("the zygote answered without the child's pipes"))
+                        continue
+                    fut.set_result((int(msg["pid"]), str(msg["scratch"]), got[0], got[1]))
                 elif kind == "exit":
                     self._exit_future(int(msg["pid"])).set_result(int(msg["status"]))
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError):
             pass
         # the zygote is gone: nobody will answer what is pending
         with self._lock:
@@ -310,27 +371,20 @@ class ZygoteLauncher:
             self._send(sock, {"t": "preload", "key": key, "bindings": bindings})
             self._preloaded_key = key
 
-    def launch(self, policy: dict[str, Any]) -> Child:
+    def launch(self) -> Child:
         sock = self._ensure()
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        fut: Future[int] = Future()
+        fut: Future[tuple[int, str, int, int]] = Future()
         with self._lock:
             self._req += 1
             req = self._req
             self._pending[req] = fut
         try:
-            self._send(sock, {"t": "fork", "req": req, "policy": policy}, [to_child_r, from_child_w])
-            pid = fut.result(timeout=30)
+            self._send(sock, {"t": "fork", "req": req})
+            pid, scratch, rfd, wfd = fut.result(timeout=30)
         except Exception:
             with self._lock:
                 self._pending.pop(req, None)
-            os.close(to_child_w)
-            os.close(from_child_r)
             raise
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
         exit_future = self._exit_future(pid)
 
         def wait(timeout: float) -> int | None:
@@ -342,7 +396,7 @@ class ZygoteLauncher:
                 self._exits.pop(pid, None)
             return status
 
-        return Child(pid, from_child_r, to_child_w, waiter=wait, killer=lambda: self._kill(sock, pid))
+        return Child(pid, rfd, wfd, scratch=scratch, waiter=wait, killer=lambda: self._kill(sock, pid))
 
     def _kill(self, sock: socket.socket, pid: int) -> None:
         try:
@@ -372,4 +426,4 @@ class ZygoteLauncher:
 
 
 if __name__ == "__main__":
-    zygote_main(int(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else [])
+    zygote_main(int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]))
