@@ -91,7 +91,7 @@ class FakeLauncher:
         self.actions = actions
         self.pid: int | None = None
 
-    def launch(self, policy: dict[str, Any]) -> Child:
+    def launch(self) -> Child:
         proc = subprocess.Popen([sys.executable, str(self.program), json.dumps(self.actions)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -164,7 +164,7 @@ def play(nx: Nexus, program: Path, actions: list[dict[str, Any]], **settings: An
     run = ScriptRun(nx, "call_parent", Settings(**values), bound, emit_chunk=chunks.append)
     launcher = FakeLauncher(program, actions)
     began = time.monotonic()
-    outcome = run.run(launcher, {"scratch": str(program.parent)}, {"script": "", "bindings": ""})
+    outcome = run.run(launcher, {"script": "", "bindings": ""})
     return outcome, launcher, chunks, time.monotonic() - began
 
 
