@@ -155,7 +155,9 @@ def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_p
     start = time.monotonic()
     result = run(nx, "def run(ctx):\n    print('start')\n    while True:\n        pass\n")
     elapsed = time.monotonic() - start
-    assert_error(result, "script timed out after 1s")
+    assert_error(result, "script timed out after")
+    # the wall clock, or the CPU-time rlimit (cpu_seconds defaults to the timeout) a moment before it
+    assert result.error in ("script timed out after 1s", "script timed out after using up its CPU time limit")
     assert 1.0 <= elapsed < 2.0
     assert running, "the script's output was not seen while it ran"
     time.sleep(0.1)
@@ -166,7 +168,8 @@ def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_p
     for pid in gone:
         assert table.get(pid, (0, 0, "Z"))[2] == "Z", f"the script's process {pid} is still running"
         assert [p for p, (_, group, state) in table.items() if group == pid and state != "Z"] == []
-    assert len(after) == len(baseline), "a process was left behind (beyond the zygote and its one spare)"
+    # not ==: a short-lived helper of the zygote may be in the baseline and gone since
+    assert len(after) <= len(baseline), "a process was left behind (beyond the zygote and its one spare)"
 
 
 def test_print_in_a_loop_past_max_output_bytes_is_truncated_and_the_host_is_fine(nexus_factory: NexusFactory) -> None:
