@@ -525,3 +525,16 @@ def test_many_runs_in_a_row_stay_healthy(nx: Nexus) -> None:
             assert_error(run(nx, "def run(ctx):\n    raise ValueError('x')\n"))
         else:
             assert assert_ok(run(nx, f"def run(ctx):\n    return {i}\n")).output_structured["result"] == i
+
+
+@pytest.mark.parametrize("body", ["x = bytearray(1024 ** 3)", "blocks = []\n    while True:\n        blocks.append([0] * 100000)"],
+                         ids=["one-big-block", "growing"])
+def test_a_script_past_memory_mb_reads_memory_limit_exceeded(nexus_factory: NexusFactory, body: str) -> None:
+    nx = make(nexus_factory, memory_mb=128, timeout_seconds=10)
+    engine = engine_for(nx)
+    if "rlimits" not in engine.active_layers():
+        pytest.skip(f"the rlimits layer is not active here: {engine.layer_statuses()['rlimits'].detail}")
+    result = assert_error(run(nx, f"def run(ctx):\n    print('allocating')\n    {body}\n"))
+    assert result.error == "memory limit exceeded"
+    assert result.output_structured == {"stdout": "allocating\n"}
+    assert_ok(run(nx, "def run(ctx):\n    return 1\n"))
