@@ -210,3 +210,7 @@ def test_a_script_too_deeply_nested_to_parse_is_rejected_not_crashed(source: str
 def test_a_null_byte_is_a_rejection_with_a_real_line() -> None:
     exc = rejected("def run(ctx):\n    return 1\x00\n")
     assert exc.problems[0].startswith("line 1: syntax error: ") or exc.problems[0].startswith("line 2: syntax error: ")
+
+
+def test_future_imports_are_always_allowed() -> None:
+    check("from __future__ import annotations\n\ndef run(ctx) -> list[int]:\n    return [1]\n", allowed_packages=[])

@@ -538,3 +538,14 @@ def test_a_script_past_memory_mb_reads_memory_limit_exceeded(nexus_factory: Nexu
     assert result.error == "memory limit exceeded"
     assert result.output_structured == {"stdout": "allocating\n"}
     assert_ok(run(nx, "def run(ctx):\n    return 1\n"))
+
+
+def test_a_future_import_applies_to_the_script(nx: Nexus) -> None:
+    result = assert_ok(run(nx, """\
+        from __future__ import annotations
+
+        def run(ctx) -> NotDefinedAnywhere:
+            value: AlsoUndefined = 3
+            return value
+        """))
+    assert result.output_structured["result"] == 3
