@@ -549,3 +549,14 @@ def test_a_future_import_applies_to_the_script(nx: Nexus) -> None:
             return value
         """))
     assert result.output_structured["result"] == 3
+
+
+def test_output_and_result_within_generous_limits_come_through_whole(nexus_factory: NexusFactory) -> None:
+    """Limits past the 32 MiB protocol line: a 33 MB print and a 33 MB result are within
+    max_output_bytes and max_result_bytes, so they are not 'protocol violations'."""
+    size = 33 * 1024 * 1024
+    nx = make(nexus_factory, max_result_bytes=2 * size, max_output_bytes=2 * size, timeout_seconds=20)
+    result = assert_ok(run(nx, f"def run(ctx):\n    print('y' * {size})\n    return 'x' * {size}\n"))
+    body = result.output_structured
+    assert len(body["stdout"]) == size + 1 and "stdout_truncated" not in body
+    assert body["result"] == "x" * size

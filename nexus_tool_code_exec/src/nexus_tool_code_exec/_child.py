@@ -33,6 +33,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 SCRIPT_FILENAME = "script.py"
 MAX_LINE = 64 * 1024 * 1024
+#: characters of output per "out" message (at most 12 bytes each once JSON-escaped)
+OUT_PIECE = 64 * 1024
 
 
 # -- the runtime the bindings call ------------------------------------------------------------
@@ -248,12 +250,14 @@ class StreamWriter:
         if not text and not first_cut:
             return
         self._budget[0] -= len(data)
-        msg: dict[str, Any] = {"t": "out", "s": self._stream, "d": text}
-        if first_cut:
-            # told at once, not only in "done": a script that then fails or times out never
-            # sends "done", and its result must still say the output was cut
-            msg["truncated"] = True
-        self._channel.send(msg)
+        # in pieces: one print of 40 MB must not become one message past the host's line limit
+        for at in range(0, max(len(text), 1), OUT_PIECE):
+            msg: dict[str, Any] = {"t": "out", "s": self._stream, "d": text[at:at + OUT_PIECE]}
+            if first_cut and at + OUT_PIECE >= len(text):
+                # told at once, not only in "done": a script that then fails or times out never
+                # sends "done", and its result must still say the output was cut
+                msg["truncated"] = True
+            self._channel.send(msg)
 
     def flush(self) -> None:
         with self._lock:

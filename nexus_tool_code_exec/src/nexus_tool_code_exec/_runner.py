@@ -26,7 +26,8 @@ from ._launch import Child, Launcher, Watchdog
 
 log = logging.getLogger("nexus_tool_code_exec")
 
-MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation
+MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation (or than
+# what a result of max_result_bytes needs, if that is more)
 CHUNK = 512
 
 
@@ -126,6 +127,8 @@ class ScriptRun:
         self._pool: ThreadPoolExecutor | None = None
         self._call_count = 0
         self._child: Child | None = None
+        # "done" carries the result's JSON text inside a JSON string: escaping at most doubles it
+        self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
     # -- answering tool calls ---------------------------------------------------------------
 
@@ -285,7 +288,7 @@ class ScriptRun:
             if start:
                 del buf[:start]
             scanned = len(buf)
-            if scanned > MAX_MESSAGE:
+            if scanned > self.max_message:
                 return None, "a message longer than the limit"
 
     def _error_message(self, final: dict[str, Any]) -> str:
