@@ -201,3 +201,14 @@ def test_the_cpu_time_limit_reads_as_a_timeout(nexus_factory: NexusFactory) -> N
     result, elapsed = timed_run(nx, "def run(ctx):\n    while True:\n        pass\n")
     assert_error(result, "script timed out after")
     assert elapsed < 4
+
+
+def test_closing_the_nexus_leaves_no_process_behind(nexus_factory: NexusFactory) -> None:
+    before = descendants()
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": LIMIT}}})
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))
+    assert_error(nx.invoke("run_code", {"script": "def run(ctx):\n    while True:\n        pass\n"}), "script timed out")
+    started = descendants() - before
+    assert started, "run_code ran without any process of its own"
+    nx.close()
+    assert wait_until(lambda: not (descendants() & started), within=5), f"left running: {descendants() & started}"
