@@ -560,3 +560,15 @@ def test_output_and_result_within_generous_limits_come_through_whole(nexus_facto
     body = result.output_structured
     assert len(body["stdout"]) == size + 1 and "stdout_truncated" not in body
     assert body["result"] == "x" * size
+
+
+@pytest.mark.parametrize(("arg", "got"), [("tools.Result(output='x')", "Result"), ("'hello'", "str"), ("42", "int")])
+def test_a_wrong_args_object_is_a_TypeError_naming_the_expected_class(nx: Nexus, gate: Recorder, arg: str, got: str) -> None:
+    result = assert_error(run(nx, f"import tools\n\ndef run(ctx):\n    tools.echo({arg})\n"))
+    assert result.error == f"runtime error: line 4: TypeError: tools.echo: expected EchoArgs, got {got}"
+    assert gate.inner("echo") == []
+
+
+def test_a_plain_dict_is_sent_as_the_arguments(nx: Nexus, gate: Recorder) -> None:
+    assert_ok(run(nx, "import tools\n\ndef run(ctx):\n    return tools.echo({'text': 'raw'}).output\n"))
+    assert [c.arguments for c in gate.inner("echo")] == [{"text": "raw"}]

@@ -102,7 +102,7 @@ def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], resu
         raise TypeError(f"tools.{name}: pass an {args_cls.__name__} or keywords, not both")
     if isinstance(args, dict):
         arguments = args
-    elif attrs.has(type(args)):
+    elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
         arguments = converter.unstructure(args)
     else:
         raise TypeError(f"tools.{name}: expected {args_cls.__name__}, got {type(args).__name__}")
