@@ -212,3 +212,24 @@ def test_closing_the_nexus_leaves_no_process_behind(nexus_factory: NexusFactory)
     assert started, "run_code ran without any process of its own"
     nx.close()
     assert wait_until(lambda: not (descendants() & started), within=5), f"left running: {descendants() & started}"
+
+
+def test_a_dead_zygote_is_restarted_for_the_next_script(nexus_factory: NexusFactory) -> None:
+    import signal as _signal
+
+    from nexus_tool_code_exec import engine_for
+
+    nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {"timeout_seconds": 5}}})
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))
+    launcher = engine_for(nx).launcher()
+    first = launcher.pid
+    os.kill(first, _signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    result = None
+    while time.monotonic() < deadline:  # the run that finds it dead may fail; the next must not
+        result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"})
+        if not result.is_error:
+            break
+    assert result is not None and not result.is_error, result
+    assert result.output_structured["result"] == 2
+    assert launcher.pid != first

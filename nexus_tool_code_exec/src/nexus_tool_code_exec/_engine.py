@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import os
+import re
 import statistics
 import threading
 import time
@@ -251,7 +252,9 @@ class CodeExec:
 
     def policy(self) -> dict[str, Any]:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
-        cpu = self.config["cpu_seconds"] or max(1, int(self.settings.timeout_seconds))
+        # one second past the wall clock by default, so a busy loop meets the timeout (and its
+        # clear "timed out after Ns") first
+        cpu = self.config["cpu_seconds"] or int(self.settings.timeout_seconds) + 1
         return {
             "layers": self.active_layers(),
             "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},
@@ -371,9 +374,12 @@ class CodeExec:
     # -- persistence ------------------------------------------------------------------------
 
     def _session_dir(self, call_id: str) -> Path | None:
+        """`<session_dir>/plugins/<plugin id>/<call id>`. Call ids may come from an LLM provider,
+        so the id is made a plain folder name first: it can never name a path elsewhere."""
         if not self.config["persist_scripts"]:
             return None
-        return Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id / call_id
+        folder = re.sub(r"[^A-Za-z0-9._-]", "_", call_id).lstrip(".") or "_"
+        return Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id / folder
 
     def _persist(self, call_id: str, script: str, outcome: Outcome) -> None:
         folder = self._session_dir(call_id)

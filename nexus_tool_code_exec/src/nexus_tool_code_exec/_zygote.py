@@ -334,10 +334,18 @@ class ZygoteLauncher:
                         if fut is not None:
                             fut.set_exception(ZygoteError("the zygote answered without the child's pipes"))
                         continue
-                    fut.set_result((int(msg["pid"]), str(msg["scratch"]), got[0], got[1]))
+                    pid = int(msg["pid"])
+                    # registered here, before any later message is read: its exit can come next
+                    exit_future: Future[int] = Future()
+                    with self._lock:
+                        self._exits[pid] = exit_future
+                    fut.set_result((pid, str(msg["scratch"]), got[0], got[1], exit_future))
                 elif kind == "exit":
-                    self._exit_future(int(msg["pid"])).set_result(int(msg["status"]))
-        except (OSError, ValueError, EOFError):
+                    with self._lock:  # a spare that was never handed out has no record
+                        done = self._exits.pop(int(msg["pid"]), None)
+                    if done is not None and not done.done():
+                        done.set_result(int(msg["status"]))
+        except Exception:  # noqa: BLE001 - whatever broke the channel, the zygote is unusable
             pass
         # the zygote is gone: nobody will answer what is pending
         with self._lock:
@@ -348,13 +356,10 @@ class ZygoteLauncher:
             for fut in self._exits.values():
                 if not fut.done():
                     fut.set_result(-signal.SIGKILL)
-
-    def _exit_future(self, pid: int) -> Future[int]:
-        with self._lock:
-            fut = self._exits.get(pid)
-            if fut is None:
-                fut = self._exits[pid] = Future()
-            return fut
+            self._exits.clear()
+            if self._sock is sock:
+                self._sock = None  # the next launch starts a new zygote
+                sock.close()
 
     def _send(self, sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None) -> None:
         data = (json.dumps(msg) + "\n").encode()
@@ -373,28 +378,24 @@ class ZygoteLauncher:
 
     def launch(self) -> Child:
         sock = self._ensure()
-        fut: Future[tuple[int, str, int, int]] = Future()
+        fut: Future[tuple[int, str, int, int, Future[int]]] = Future()
         with self._lock:
             self._req += 1
             req = self._req
             self._pending[req] = fut
         try:
             self._send(sock, {"t": "fork", "req": req})
-            pid, scratch, rfd, wfd = fut.result(timeout=30)
+            pid, scratch, rfd, wfd, exit_future = fut.result(timeout=30)
         except Exception:
             with self._lock:
                 self._pending.pop(req, None)
             raise
-        exit_future = self._exit_future(pid)
 
         def wait(timeout: float) -> int | None:
             try:
-                status = exit_future.result(timeout=timeout)
+                return exit_future.result(timeout=timeout)
             except TimeoutError:
                 return None
-            with self._lock:
-                self._exits.pop(pid, None)
-            return status
 
         return Child(pid, rfd, wfd, scratch=scratch, waiter=wait, killer=lambda: self._kill(sock, pid))
 
