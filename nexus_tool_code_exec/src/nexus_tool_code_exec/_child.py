@@ -15,10 +15,12 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import errno
 import importlib.machinery
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -297,11 +299,53 @@ def _script_line(tb: types.TracebackType | None) -> int | None:
     return line
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, OSError) and exc.errno is not None:
+def _describe(exc: BaseException, source: str = "") -> str:
+    refused = _refused_operation(exc, source)
+    text = refused or str(exc)
+    if not refused and isinstance(exc, OSError) and exc.errno is not None:
         text = exc.strerror or text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_PROCESS_MODULES = ("subprocess.py", "popen_fork.py", "popen_spawn_posix.py", "pty.py")
+_NETWORK_MODULES = ("socket.py", "ssl.py", "selectors.py")
+_PROCESS_CALL = re.compile(r"\b(fork\w*|vfork|exec[lv]\w*|spawn\w*|posix_spawn\w*|system|popen|Popen)\b")
+_NETWORK_CALL = re.compile(r"\b(socket|socketpair|connect|create_connection|create_server|bind)\b")
+_SIGNAL_CALL = re.compile(r"\b(kill|killpg|pidfd_send_signal|pthread_kill|sigqueue)\b")
+
+
+def _refused_operation(exc: BaseException, source: str) -> str | None:
+    """For an operation the sandbox refused (EPERM/EACCES), what it was, in words: the module it
+    was refused in, or else the script's own line that made the call."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EPERM, errno.EACCES):
+        return None
+    files = []
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        files.append(filename)
+        if filename == SCRIPT_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    names = {f.rsplit("/", 1)[-1] for f in files}
+    if names & set(_NETWORK_MODULES) or any("/http/" in f or "/urllib/" in f for f in files):
+        return "network access is not allowed in run_code"
+    if names & set(_PROCESS_MODULES) or any("/multiprocessing/" in f for f in files):
+        return "starting processes is not allowed in run_code"
+    text = ""
+    if line is not None and source:
+        lines = source.splitlines()
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+    if _PROCESS_CALL.search(text):
+        return "starting processes is not allowed in run_code"
+    if _NETWORK_CALL.search(text):
+        return "network access is not allowed in run_code"
+    if _SIGNAL_CALL.search(text):
+        return "signalling other processes is not allowed in run_code"
+    if exc.filename is not None:
+        return f"access to {str(exc.filename)!r} is not allowed in run_code"
+    return None
 
 
 #: bindings the zygote compiled ahead of the fork, by key
@@ -381,7 +425,7 @@ def run_script(channel: Channel, start: dict[str, Any]) -> dict[str, Any]:
         out.flush(), err.flush()
         line = _script_line(exc.__traceback__)
         where = f"line {line}: " if line else ""
-        return {"t": "error", "kind": "runtime", "message": f"{where}{_describe(exc)}",
+        return {"t": "error", "kind": "runtime", "message": f"{where}{_describe(exc, start.get('script', ''))}",
                 "traceback": "".join(traceback.format_exception(exc))[-4000:]}
     out.flush(), err.flush()
     try:

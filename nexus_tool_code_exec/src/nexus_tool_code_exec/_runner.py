@@ -307,10 +307,8 @@ class ScriptRun:
     def _death_message(status: int | None) -> str:
         if status is not None and status < 0:
             sig = -status
-            if sig == signal.SIGXCPU:
-                # the CPU-time rlimit is the timeout by another clock: a busy loop can reach it
-                # a moment before the wall-clock watchdog fires, and must read the same
-                return "script timed out after using up its CPU time limit"
+            if sig == signal.SIGXCPU:  # RLIMIT_CPU: cpu_seconds of CPU time used up
+                return "CPU time limit exceeded"
             if sig == signal.SIGSEGV:
                 return "memory limit exceeded"
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
