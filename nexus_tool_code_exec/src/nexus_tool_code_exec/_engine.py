@@ -34,8 +34,8 @@ from ._launch import Launcher, SpawnLauncher
 from ._runner import Outcome, ScriptRun, Settings
 from ._zygote import ZygoteLauncher
 
-#: the sandbox layers run_code knows, as `require:` names them
-LAYERS = ("rlimits", "net", "fs", "seccomp")
+#: the sandbox layers run_code knows, as `require:` names them (sandbox.LAYERS, in its order)
+LAYERS = ("env", "rlimits", "net", "uid", "fs", "seccomp")
 
 
 @attrs.frozen
