@@ -575,6 +575,41 @@ def test_joining_the_zygotes_process_group_escapes_neither_kill_nor_signals(rng:
     assert 2 <= attack.elapsed < 3
 
 
+# -- leaving the runtime: SystemExit, KeyboardInterrupt, os._exit ---------------------------------
+
+#: script body -> the error run_code must give
+EXITS = {
+    "raise SystemExit(3)": "runtime error: line 4: SystemExit: 3",
+    "raise SystemExit": "runtime error: line 4: SystemExit",
+    "raise KeyboardInterrupt('^C')": "runtime error: line 4: KeyboardInterrupt: ^C",
+    "raise GeneratorExit": "runtime error: line 4: GeneratorExit",
+    "typing.sys.exit('bye')": "runtime error: line 4: SystemExit: bye",
+    "exit(5)": "runtime error: line 4: SystemExit: 5",
+    "parallel.map([1, 2], lambda x: typing.sys.exit('from a callback'))":
+        "runtime error: line 4: SystemExit: from a callback",
+    "typing.sys.modules['_thread'].interrupt_main()": "runtime error: line 4: KeyboardInterrupt",
+    "random._os._exit(7)": "runtime error: the script's process exited with status 7 before it finished",
+    "random._os._exit(0)": "runtime error: the script's process exited with status 0 before it finished",
+    "random._os.abort()": "runtime error: the script's process was killed by SIGABRT",
+    "random._os.kill(random._os.getpid(), 9)": "runtime error: the script's process was killed by SIGKILL",
+    "random._os.kill(0, 15)": "runtime error: the script's process was killed by SIGTERM",
+}
+
+
+@pytest.mark.parametrize("body", list(EXITS), ids=list(EXITS))
+def test_leaving_the_runtime_is_a_clear_error_and_the_next_script_runs(rng: Range, body: str) -> None:
+    """The script raises what `except Exception` does not catch, or ends its own process (os
+    reached through random): the run ends at once with a clear error, what it printed is kept,
+    and the zygote forks the next script as usual."""
+    result, elapsed = rng.run(f"import parallel, random, typing\n\ndef run(ctx):\n"
+                              f"    print('leaving'); {body}\n    return 'not reached'\n")
+    assert result.error == EXITS[body]
+    assert (result.output_structured or {}).get("stdout") == "leaving\n"
+    assert elapsed < 1.5
+    result, _ = rng.run("def run(ctx):\n    return 'next'\n")
+    assert result.output_structured == {"result": "next"}
+
+
 def test_the_same_nexus_still_runs_an_ordinary_script_after_the_attacks(rng: Range) -> None:
     """Last in the module: the zygote that forked every attack above is the one that runs this."""
     result, _ = rng.run("import json, tools\n\ndef run(ctx):\n    print('still here')\n"
