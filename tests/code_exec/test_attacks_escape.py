@@ -16,9 +16,11 @@ The pipe to the host is attacked in test_attacks_pipe.py, resources in test_atta
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from attack_helpers import (
@@ -33,6 +35,8 @@ from attack_helpers import (
     guard,
     range_for_module,
 )
+
+from nexus_tool_code_exec._launch import CHILD_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -54,7 +58,7 @@ def test_the_ast_check_alone_refuses_the_naive_forms(rng: Range) -> None:
     assert "line 4: dunder attribute '__class__' is not allowed" in result.error
     result, _ = rng.run("def run(ctx):\n    return __import__('os').system('id')\n")
     assert result.error == "script rejected: line 2: '__import__' is not allowed"
-    assert rng.watch.chunks == []  # nothing ran, not even the request event's script
+    assert rng.watch.chunks == []  # nothing ran: not even the final (empty) output chunk
 
 
 # -- subclass walks -----------------------------------------------------------------------------
@@ -393,8 +397,8 @@ def test_print_self_is_the_builtins_module(rng: Range) -> None:
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="raw x86_64 syscall numbers and machine code")
 def test_ctypes_raw_syscalls_and_machine_code(rng: Range) -> None:
     """ctypes from sys.modules (the zygote imported it): libc's syscall() with raw numbers,
-    bypassing every Python wrapper, and then machine code in an RWX page making the syscall
-    itself. The kernel's filter sees the syscall, not who made it: -1 and EPERM, every time
+    bypassing every Python wrapper, and then machine code making the syscall itself, from a
+    fresh RWX mapping and from a heap page mprotect()ed executable. The kernel's filter sees the syscall, not who made it: -1 and EPERM, every time
     (clone3 ENOSYS, so glibc falls back to clone, whose flags the filter can read)."""
     attack = rng.attack("""\
         import typing
@@ -447,6 +451,14 @@ def test_ctypes_raw_syscalls_and_machine_code(rng: Range) -> None:
             for name, code in shellcode.items():
                 ctypes.memmove(page, code, len(code))
                 found[name] = ctypes.CFUNCTYPE(ctypes.c_long)(page)()
+            # or mprotect a page of ordinary heap memory executable, and run the code there
+            heap = ctypes.create_string_buffer(3 * 4096)
+            spot = (ctypes.addressof(heap) + 4095) & ~4095
+            ctypes.memmove(spot, shellcode["raw_fork"], len(shellcode["raw_fork"]))
+            libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            found["mprotect_rwx"] = libc.mprotect(spot, 4096, 7)
+            found["heap_fork"] = ctypes.CFUNCTYPE(ctypes.c_long)(spot)()
+            libc.mprotect(spot, 4096, 3)
             report(found)
             typing.sys.modules["os"].fork()  # <- final
         """)
@@ -457,7 +469,8 @@ def test_ctypes_raw_syscalls_and_machine_code(rng: Range) -> None:
         "bpf", "io_uring_setup", "userfaultfd", "open_by_handle_at", "keyctl", "prlimit_host",
         "sched_setaffinity_host", "setpriority_host", "fcntl_setown", "ioctl_tiocsti")}
     want["clone3"] = [-1, 38]  # ENOSYS
-    want["raw_fork"] = want["raw_socket"] = -1  # -EPERM straight from the kernel
+    want["raw_fork"] = want["raw_socket"] = want["heap_fork"] = -1  # -EPERM straight from the kernel
+    want["mprotect_rwx"] = 0  # allowed, and no help
     assert attack.found == want
     assert attack.result.error == attack.final_error(PROCESS)
 
@@ -573,6 +586,40 @@ def test_joining_the_zygotes_process_group_escapes_neither_kill_nor_signals(rng:
     }
     assert attack.result.error == "script timed out after 2s"
     assert 2 <= attack.elapsed < 3
+
+
+def test_the_host_environment_is_nowhere_in_the_zygote(rng: Range) -> None:
+    """What a script could dig out of its own memory with ctypes is what the zygote had when it
+    forked it (plus the start message). The zygote was started with a fixed small environment:
+    its environ is exactly that, and neither secret is anywhere in its memory (scanned here,
+    from the host, through /proc/<pid>/mem)."""
+    environ = Path(f"/proc/{rng.zygote_pid}/environ").read_bytes().split(b"\0")
+    assert sorted(e.split(b"=", 1)[0].decode() for e in environ if e) == sorted(CHILD_ENV)
+    secrets = [rng.env_value.encode(), rng.secret_text.encode()]
+    found, scanned = memory_holds(rng.zygote_pid, secrets)
+    assert found == [] and scanned > 16 << 20, found  # the interpreter, its heap, the modules were read
+    # the scan itself works: this process has the environment secret in its memory
+    assert memory_holds(os.getpid(), secrets[:1])[0] == secrets[:1]
+
+
+def memory_holds(pid: int, needles: list[bytes]) -> tuple[list[bytes], int]:
+    """Which of `needles` are somewhere in process `pid`'s readable memory, and how much was read."""
+    found: set[bytes] = set()
+    scanned = 0
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            start, end = (int(x, 16) for x in span.split("-"))
+            if not perms.startswith("r") or line.rstrip().endswith(("[vvar]", "[vsyscall]")):
+                continue
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+            scanned += len(data)
+            found.update(n for n in needles if n in data)
+    return [n for n in needles if n in found], scanned
 
 
 # -- leaving the runtime: SystemExit, KeyboardInterrupt, os._exit ---------------------------------
