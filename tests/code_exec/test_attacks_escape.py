@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from attack_helpers import (
     file_refused,
     guard,
     range_for_module,
+    wait_until,
 )
 
 from nexus_tool_code_exec._launch import CHILD_ENV
@@ -620,6 +622,53 @@ def memory_holds(pid: int, needles: list[bytes]) -> tuple[list[bytes], int]:
             scanned += len(data)
             found.update(n for n in needles if n in data)
     return [n for n in needles if n in found], scanned
+
+
+def test_a_run_cannot_reach_another_run_running_beside_it(rng: Range) -> None:
+    """Two scripts at once. The first keeps a private note in its scratch folder and sleeps; the
+    second is told (by the test) exactly where that folder is and what the first one's pid is,
+    and goes for both. Each child has its own uid and its own Landlock domain."""
+    first: dict[str, object] = {}
+    script = ("import time\n\ndef run(ctx):\n    open('note.txt', 'w').write('first run, private')\n"
+              "    time.sleep(1.2)\n    return open('note.txt').read()\n")
+    runner = threading.Thread(target=lambda: first.update(result=rng.run(script)[0]))
+    runner.start()
+    try:
+        assert wait_until(lambda: bool(rng.launched) and os.path.exists(os.path.join(rng.launched[0][1], "note.txt")))
+        pid, scratch = rng.launched[0]
+        attack = rng.attack(f"""\
+            import typing
+
+            def run(ctx):
+                os, ctypes = typing.sys.modules["os"], typing.sys.modules["ctypes"]
+                libc = ctypes.CDLL(None, use_errno=True)
+                note = {os.path.join(scratch, "note.txt")!r}
+                found = {{}}
+                attempt(found, "read_note", lambda: open(note).read())
+                attempt(found, "list_folder", lambda: os.listdir({scratch!r}))
+                attempt(found, "overwrite_note", lambda: open(note, "w").write("defaced"))
+                attempt(found, "drop_file", lambda: open({scratch!r} + "/dropped.txt", "w"))
+                attempt(found, "kill_it", lambda: os.kill({pid}, 9))
+                attempt(found, "pidfd_it", lambda: os.pidfd_open({pid}))
+                found["ptrace_it"] = [libc.ptrace(16, {pid}, 0, 0), ctypes.get_errno()]
+                report(found)
+                os.kill({pid}, 19)  # <- final
+            """)
+    finally:
+        runner.join()
+    note = os.path.join(scratch, "note.txt")
+    eacces = "PermissionError: [Errno 13] Permission denied: "
+    assert attack.found == {
+        "read_note": f"{eacces}{note!r}",
+        "list_folder": f"{eacces}{scratch!r}",
+        "overwrite_note": f"{eacces}{note!r}",
+        "drop_file": f"{eacces}{scratch + '/dropped.txt'!r}",
+        "kill_it": EPERM,
+        "pidfd_it": EPERM,
+        "ptrace_it": [-1, 1],
+    }
+    assert attack.result.error == attack.final_error(SIGNALS)
+    assert first["result"].output_structured == {"result": "first run, private"}  # type: ignore[attr-defined]
 
 
 # -- leaving the runtime: SystemExit, KeyboardInterrupt, os._exit ---------------------------------
