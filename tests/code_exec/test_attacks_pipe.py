@@ -7,8 +7,10 @@ call it answers through the gates, end the run with a clear error and never wait
 timeout. test_protocol.py plays the same games with a fake child; these come from a real script
 in the real sandbox.
 
-Where the host falls short, the test stays, marked xfail(strict=True) with the reason: these
-are findings, not expectations to weaken.
+Each of these once found the host falling short (calls in flight holding run_code past its
+deadline, forged calls piling up in host memory, result limits enforced only in the child,
+deeply nested JSON, a scratch folder leaked by a script still writing): they stay as the
+guard against those coming back.
 """
 
 from __future__ import annotations
@@ -230,11 +232,6 @@ def run(ctx):
 # -- findings: the host trusts the child too far ----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ESCAPE (the host held past the timeout): on 'done' the runner cancels the watchdog and then "
-    "waits for every inner call still in flight (_runner.ScriptRun.run: pool.shutdown(wait=finished)); "
-    "a script returns while a thread it reached through sys.modules (or a forged call) is inside a "
-    "slow tool, and run_code answers only when that tool returns, however long after the limit"))
 @pytest.mark.parametrize("how", ["thread", "forged"])
 def test_a_call_left_in_flight_does_not_hold_the_host_past_the_timeout(rng: Range, how: str) -> None:
     body = {
@@ -283,11 +280,6 @@ def _peak_rss_during(fn: Callable[[], T]) -> tuple[T, int]:
     return value, max(peak[0], rss()) - start
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ESCAPE (host memory and disk): every inner call's arguments are kept for the whole run "
-    "(ScriptRun.calls, and then calls.jsonl), unknown tools' included, up to max_tool_calls of up "
-    "to 32 MiB each; the child's memory_mb does not bound what the host holds for it. Measured: 40 "
-    "forged 30 MiB calls took the host from 30 MB to 1.3 GB RSS and wrote a 1.2 GB calls.jsonl"))
 def test_huge_forged_calls_do_not_pile_up_in_the_host(rng: Range) -> None:
     script = REACH + """\
 def run(ctx):
@@ -308,10 +300,6 @@ def run(ctx):
         f"{persisted >> 20} MiB on disk")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LIMIT BYPASS: max_result_bytes (and any bound on an error's text) is enforced only in the "
-    "child (_child.run_script); the host accepts a forged 'done' or 'error' of up to its 32 MiB "
-    "message limit, which then goes to the model as run_code's output"))
 @pytest.mark.parametrize("final", ["done", "error"])
 def test_a_forged_final_message_cannot_exceed_the_result_limit(rng: Range, final: str) -> None:
     message = {
@@ -329,12 +317,6 @@ def run(ctx):
     assert len(text) <= 2 << 20, f"run_code gave {len(text) >> 20} MiB past a 1 MiB max_result_bytes"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "UNCLEAR ERROR: deeply nested JSON from the child makes the host's json.loads raise "
-    "RecursionError (not ValueError), which escapes ScriptRun.run: run_code's error is the bare "
-    "'RecursionError: maximum recursion depth exceeded while decoding a JSON array...', with none of "
-    "the documented prefixes, and neither the code.exec.result event nor the session folder's "
-    "error.txt is written"))
 @pytest.mark.parametrize("where", ["call", "done"])
 def test_deeply_nested_json_from_the_child_is_a_clear_error(rng: Range, where: str) -> None:
     line = {
@@ -355,11 +337,6 @@ def run(ctx):
     assert (session / "error.txt").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SCRATCH LEAK: on 'done' the runner asks the zygote to kill the child but does not wait for it "
-    "before Child.close() removes the scratch folder (shutil.rmtree, ignore_errors=True); threads "
-    "still creating files make the removal fail, and the folder, with whatever the script wrote, "
-    "stays in /tmp for good (about 1 run in 4 here)"))
 def test_a_script_that_keeps_writing_after_done_leaves_no_scratch_folder(rng: Range) -> None:
     script = """\
 import typing

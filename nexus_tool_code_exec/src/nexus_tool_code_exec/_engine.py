@@ -130,6 +130,9 @@ class CodeExec:
             max_workers=int(config["max_workers"]),
             max_tool_calls=int(config["max_tool_calls"]),
             max_result_bytes=int(config["max_result_bytes"]),
+            # by default one second past the wall clock, so a busy loop meets the timeout (and
+            # its clear "timed out after Ns") first
+            cpu_seconds=float(config["cpu_seconds"] or int(config["timeout_seconds"]) + 1),
         )
         self._lock = threading.Lock()
         self._bindings: tuple[Any, Bindings] | None = None
@@ -252,9 +255,7 @@ class CodeExec:
 
     def policy(self) -> dict[str, Any]:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
-        # one second past the wall clock by default, so a busy loop meets the timeout (and its
-        # clear "timed out after Ns") first
-        cpu = self.config["cpu_seconds"] or int(self.settings.timeout_seconds) + 1
+        cpu = int(self.settings.cpu_seconds or 1)
         return {
             "layers": self.active_layers(),
             "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},

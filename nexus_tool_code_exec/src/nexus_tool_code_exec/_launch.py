@@ -37,6 +37,10 @@ class Child:
     scratch: str | None = None  # the child's scratch folder, removed on close
     _waiter: Any = attrs.field(default=None, repr=False)  # returns the exit status, or None
     _killer: Any = attrs.field(default=None, repr=False)  # kills the process group, if not ours
+    #: `on_exit(callback)` runs callback once the process is gone (None: wait() is the only way)
+    _on_exit: Any = attrs.field(default=None, repr=False)
+    #: CPU seconds the process used, once its exit is known (None where the launcher cannot tell)
+    cpu_seconds: float | None = None
     _closed: bool = False
 
     def kill(self) -> None:
@@ -64,7 +68,13 @@ class Child:
             except OSError:
                 pass
         if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            scratch = self.scratch
+            if self._on_exit is not None:
+                # only once the process is gone: a script still writing (it was killed, not
+                # waited for) would otherwise make the removal fail and leave the folder behind
+                self._on_exit(lambda: shutil.rmtree(scratch, ignore_errors=True))
+            else:
+                shutil.rmtree(scratch, ignore_errors=True)
 
 
 class Launcher(Protocol):

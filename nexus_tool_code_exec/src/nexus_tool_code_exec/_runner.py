@@ -29,6 +29,11 @@ log = logging.getLogger("nexus_tool_code_exec")
 MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation (or than
 # what a result of max_result_bytes needs, if that is more)
 CHUNK = 512
+#: how much of the inner calls' arguments and outputs one run keeps for calls.jsonl; past it a
+#: record says how much it left out (a script must not make the host hold what its own memory
+#: limit would not let it hold)
+RECORD_BUDGET = 16 * 1024 * 1024
+MAX_ERROR_CHARS = 8192
 
 
 @attrs.define
@@ -38,6 +43,7 @@ class Settings:
     max_workers: int
     max_tool_calls: int
     max_result_bytes: int
+    cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
 
 
 @attrs.define
@@ -123,6 +129,7 @@ class ScriptRun:
         self.streamer = _Streamer(emit_chunk, call_id, settings.max_output_bytes)
         self.calls: list[dict[str, Any]] = []
         self._calls_lock = threading.Lock()
+        self._recorded = 0
         self._write_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._call_count = 0
@@ -132,14 +139,14 @@ class ScriptRun:
 
     # -- answering tool calls ---------------------------------------------------------------
 
-    def _answer(self, msg: dict[str, Any]) -> None:
+    def _answer(self, msg: dict[str, Any], size: int = 0) -> None:
         try:
-            self._answer_call(msg)
+            self._answer_call(msg, size)
         except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
             log.exception("run_code: answering a call of %s failed", self.call_id)
             self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}")
 
-    def _answer_call(self, msg: dict[str, Any]) -> None:
+    def _answer_call(self, msg: dict[str, Any], size: int) -> None:
         rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
         call = ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {},
                         parent_call_id=self.call_id)
@@ -148,10 +155,23 @@ class ScriptRun:
                                 error=f"unknown tool: {name!r}", error_kind="unknown_tool")
         else:
             result = self.nexus.invoke(call)
-        record = {"id": call.id, "name": call.name, "arguments": call.arguments, "result": unstructure(result)}
+        answer = unstructure(result)
+        self._send({"t": "result", "id": rid, "result": answer})
+        self._record(call, answer, size)
+
+    def _record(self, call: ToolCall, answer: dict[str, Any], size: int) -> None:
+        cost = size + len(answer.get("output") or "")
         with self._calls_lock:
-            self.calls.append(record)
-        self._send({"t": "result", "id": rid, "result": record["result"]})
+            keep = self._recorded + cost <= RECORD_BUDGET
+            if keep:
+                self._recorded += cost
+            arguments: Any = call.arguments
+            if not keep:
+                note = f"not kept: this run's record budget of {RECORD_BUDGET} bytes is spent"
+                arguments = {"_omitted": f"{size} bytes of arguments {note}"}
+                answer = {**answer, "output": f"{len(answer.get('output') or '')} characters {note}",
+                          "output_structured": None}
+            self.calls.append({"id": call.id, "name": call.name, "arguments": arguments, "result": answer})
 
     def _refuse(self, msg: dict[str, Any], reason: str) -> None:
         self._send({"t": "result", "id": msg.get("id"),
@@ -174,7 +194,7 @@ class ScriptRun:
             except OSError:
                 pass  # the child is gone; its end of the run is handled by the reader
 
-    def _dispatch_call(self, msg: dict[str, Any]) -> None:
+    def _dispatch_call(self, msg: dict[str, Any], size: int = 0) -> None:
         if not isinstance(msg.get("id"), int) or not isinstance(msg.get("name"), str) or not isinstance(msg.get("args"), dict):
             raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
         self._call_count += 1
@@ -186,7 +206,7 @@ class ScriptRun:
         # killed child's end of the pipe and returns; the call finishes unseen)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
-        self._pool.submit(self._answer, msg)
+        self._pool.submit(self._answer, msg, size)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -214,11 +234,11 @@ class ScriptRun:
             else:
                 child.kill()
                 status = child.wait(timeout=5.0)
-            finished = final is not None and final.get("t") in ("done", "error") and not violation
             if self._pool is not None:
-                # a finished script has no call in flight; after a timeout or a dead child,
-                # waiting for a slow tool would only delay the answer
-                self._pool.shutdown(wait=finished, cancel_futures=True)
+                # a script that finished honestly has no call in flight; one still running was
+                # left by a script that did not wait for it (or forged it): its answer has no one
+                # to go to, and waiting for it would hold run_code past its deadline
+                self._pool.shutdown(wait=False, cancel_futures=True)
             with self._write_lock:
                 self._child = None
             child.close()
@@ -233,15 +253,22 @@ class ScriptRun:
         elif violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({violation}) and was stopped"
         elif final is None:
-            outcome.error = self._death_message(status)
+            outcome.error = self._death_message(status, child.cpu_seconds, self.settings.cpu_seconds)
         elif final.get("t") == "done":
-            outcome.result_json = final.get("result") if isinstance(final.get("result"), str) else "null"
-            try:
-                outcome.result = json.loads(outcome.result_json)
-            except ValueError:
-                outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
+            text = final.get("result") if isinstance(final.get("result"), str) else "null"
+            if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
+                outcome.error = (f"result is not JSON-serializable: the result is too large: {len(text)} bytes "
+                                 f"(the limit is {self.settings.max_result_bytes})")
+            else:
+                try:
+                    outcome.result = json.loads(text)
+                    outcome.result_json = text
+                except (ValueError, RecursionError):
+                    outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
         else:
             outcome.error = self._error_message(final)
+        if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
+            outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome
 
     def _read_loop(self, child: Child) -> tuple[dict[str, Any] | None, str | None]:
@@ -267,7 +294,7 @@ class ScriptRun:
                 start = nl + 1
                 try:
                     msg = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # nesting deep enough to exhaust the parser
                     return None, "a line that is not JSON"
                 if not isinstance(msg, dict):
                     return None, "a message that is not an object"
@@ -278,7 +305,7 @@ class ScriptRun:
                         if msg.get("truncated") is True:
                             self.streamer.truncated = True
                     elif kind == "call":
-                        self._dispatch_call(msg)
+                        self._dispatch_call(msg, len(line))
                     elif kind in ("done", "error"):
                         return msg, None
                     else:
@@ -304,11 +331,14 @@ class ScriptRun:
         return f"runtime error: {message}"
 
     @staticmethod
-    def _death_message(status: int | None) -> str:
+    def _death_message(status: int | None, cpu_used: float | None = None, cpu_limit: float | None = None) -> str:
         if status is not None and status < 0:
             sig = -status
             if sig == signal.SIGXCPU:  # RLIMIT_CPU: cpu_seconds of CPU time used up
                 return "CPU time limit exceeded"
+            if (sig == signal.SIGKILL and cpu_used is not None and cpu_limit is not None
+                    and cpu_used >= cpu_limit - 0.05):
+                return "CPU time limit exceeded"  # it ignored SIGXCPU; the hard limit killed it
             if sig == signal.SIGSEGV:
                 return "memory limit exceeded"
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

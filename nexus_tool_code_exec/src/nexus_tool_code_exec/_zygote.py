@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -121,13 +122,14 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any]) -> Non
     def reap() -> None:
         while children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             children.discard(pid)
-            send({"t": "exit", "pid": pid, "status": _status_of(status)})
+            send({"t": "exit", "pid": pid, "status": _status_of(status),
+                  "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
 
     def fork_child() -> _Spare:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
@@ -253,7 +255,7 @@ class ZygoteLauncher:
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[int]] = {}
-        self._exits: dict[int, Future[int]] = {}
+        self._exits: dict[int, Future[tuple[int, float | None]]] = {}
         self._req = 0
         self._preloaded_key: str | None = None
         self.pid: int | None = None
@@ -336,7 +338,7 @@ class ZygoteLauncher:
                         continue
                     pid = int(msg["pid"])
                     # registered here, before any later message is read: its exit can come next
-                    exit_future: Future[int] = Future()
+                    exit_future: Future[tuple[int, float | None]] = Future()
                     with self._lock:
                         self._exits[pid] = exit_future
                     fut.set_result((pid, str(msg["scratch"]), got[0], got[1], exit_future))
@@ -344,7 +346,7 @@ class ZygoteLauncher:
                     with self._lock:  # a spare that was never handed out has no record
                         done = self._exits.pop(int(msg["pid"]), None)
                     if done is not None and not done.done():
-                        done.set_result(int(msg["status"]))
+                        done.set_result((int(msg["status"]), msg.get("cpu")))
         except Exception:  # noqa: BLE001 - whatever broke the channel, the zygote is unusable
             pass
         # the zygote is gone: nobody will answer what is pending
@@ -355,7 +357,7 @@ class ZygoteLauncher:
             self._pending.clear()
             for fut in self._exits.values():
                 if not fut.done():
-                    fut.set_result(-signal.SIGKILL)
+                    fut.set_result((-signal.SIGKILL, None))
             self._exits.clear()
             if self._sock is sock:
                 self._sock = None  # the next launch starts a new zygote
@@ -378,7 +380,7 @@ class ZygoteLauncher:
 
     def launch(self) -> Child:
         sock = self._ensure()
-        fut: Future[tuple[int, str, int, int, Future[int]]] = Future()
+        fut: Future[tuple[int, str, int, int, Future[tuple[int, float | None]]]] = Future()
         with self._lock:
             self._req += 1
             req = self._req
@@ -393,11 +395,18 @@ class ZygoteLauncher:
 
         def wait(timeout: float) -> int | None:
             try:
-                return exit_future.result(timeout=timeout)
+                status, cpu = exit_future.result(timeout=timeout)
             except TimeoutError:
                 return None
+            child.cpu_seconds = cpu
+            return int(status)
 
-        return Child(pid, rfd, wfd, scratch=scratch, waiter=wait, killer=lambda: self._kill(sock, pid))
+        def on_exit(callback: Callable[[], None]) -> None:
+            exit_future.add_done_callback(lambda _: callback())
+
+        child = Child(pid, rfd, wfd, scratch=scratch, waiter=wait, killer=lambda: self._kill(sock, pid),
+                      on_exit=on_exit)
+        return child
 
     def _kill(self, sock: socket.socket, pid: int) -> None:
         try:
