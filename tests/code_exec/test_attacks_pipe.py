@@ -229,7 +229,7 @@ def run(ctx):
     assert elapsed < 1.5
 
 
-# -- findings: the host trusts the child too far ----------------------------------------------
+# -- where the host once trusted the child too far (see the module docstring) ------------------
 
 
 @pytest.mark.parametrize("how", ["thread", "forged"])
@@ -315,6 +315,12 @@ def run(ctx):
     result, _ = rng.run(script)
     text = (result.output or "") + (result.error or "")
     assert len(text) <= 2 << 20, f"run_code gave {len(text) >> 20} MiB past a 1 MiB max_result_bytes"
+    if final == "done":  # the same words as when the child itself finds its result too large
+        assert result.error == (f"result is not JSON-serializable: the result is too large: {(8 << 20) + 2} "
+                                f"bytes (the limit is {1 << 20})")
+    else:
+        assert result.error is not None and result.error.startswith("runtime error: xxx")
+        assert result.error.endswith(f"... ({len('runtime error: ') + (8 << 20)} characters in all)")
 
 
 @pytest.mark.parametrize("where", ["call", "done"])
@@ -331,8 +337,10 @@ def run(ctx):
 """
     result, elapsed = rng.run(script)
     assert elapsed < 1.0
-    assert result.error is not None and result.error.startswith(("runtime error: ", "result is not JSON")), \
-        result.error
+    assert result.error == {
+        "call": "runtime error: the script's process broke the protocol (a line that is not JSON) and was stopped",
+        "done": "result is not JSON-serializable: the script's process sent invalid JSON",
+    }[where]
     session = Path(rng.nx.config.session_dir) / "plugins" / "nexus.tool.code_exec" / result.id
     assert (session / "error.txt").exists()
 
