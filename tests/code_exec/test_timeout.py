@@ -233,3 +233,21 @@ def test_a_dead_zygote_is_restarted_for_the_next_script(nexus_factory: NexusFact
     assert result is not None and not result.is_error, result
     assert result.output_structured["result"] == 2
     assert launcher.pid != first
+
+
+def test_a_killed_zygote_leaves_no_scratch_folder_once_the_nexus_closes(nexus_factory: NexusFactory) -> None:
+    import signal as _signal
+    import tempfile as _tempfile
+
+    from nexus_tool_code_exec import engine_for
+
+    def ours() -> set[Path]:
+        return set(Path(_tempfile.gettempdir()).glob("nexus-run-*"))
+
+    before = ours()
+    nx = nexus_factory(plugins=["nexus.tool.code_exec"])
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))
+    os.kill(engine_for(nx).launcher().pid, _signal.SIGKILL)  # no chance to remove its spare's folder
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"}))  # a new zygote
+    nx.close()
+    assert wait_until(lambda: ours() <= before, within=5), f"left behind: {ours() - before}"

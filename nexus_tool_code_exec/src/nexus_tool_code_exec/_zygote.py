@@ -98,7 +98,7 @@ class _Spare:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any]) -> None:
+def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratch_root: str) -> None:
     ctrl = socket.socket(fileno=ctrl_fd)
     net_fd = _preimport(allowed)
     from . import _child
@@ -134,7 +134,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any]) -> Non
     def fork_child() -> _Spare:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
         then waits for its script. The zygote keeps only the host's ends of the pipes."""
-        scratch = tempfile.mkdtemp(prefix="nexus-run-")
+        scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
@@ -258,6 +258,7 @@ class ZygoteLauncher:
         self._exits: dict[int, Future[tuple[int, float | None]]] = {}
         self._req = 0
         self._preloaded_key: str | None = None
+        self._scratch_root: str | None = None
         self.pid: int | None = None
         self.restarts = -1
 
@@ -272,11 +273,15 @@ class ZygoteLauncher:
             if self._sock is not None and self._proc is not None and self._proc.poll() is None:
                 return self._sock
             self._stop_locked()
+            # every scratch folder of this zygote's children lives below one folder the host
+            # made, so the host can remove them all even if the zygote dies without a word
+            self._scratch_root = tempfile.mkdtemp(prefix="nexus-run-")
+            os.chmod(self._scratch_root, 0o711)  # children of another uid reach their own folder
             host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 self._proc = subprocess.Popen(
                     [self.python, "-I", "-m", "nexus_tool_code_exec._zygote", str(zygote_end.fileno()),
-                     json.dumps(self.allowed), json.dumps(self.policy)],
+                     json.dumps(self.allowed), json.dumps(self.policy), self._scratch_root],
                     pass_fds=(zygote_end.fileno(),),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     start_new_session=True, env=CHILD_ENV, close_fds=True,
@@ -379,6 +384,14 @@ class ZygoteLauncher:
             self._preloaded_key = key
 
     def launch(self) -> Child:
+        try:
+            return self._launch()
+        except ZygoteError:  # it died since the last run: one new zygote, one more try
+            with self._lock:
+                self._stop_locked()
+            return self._launch()
+
+    def _launch(self) -> Child:
         sock = self._ensure()
         fut: Future[tuple[int, str, int, int, Future[tuple[int, float | None]]]] = Future()
         with self._lock:
@@ -429,6 +442,9 @@ class ZygoteLauncher:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
+        if self._scratch_root is not None:
+            shutil.rmtree(self._scratch_root, ignore_errors=True)
+            self._scratch_root = None
 
     def close(self) -> None:
         with self._lock:
@@ -436,4 +452,4 @@ class ZygoteLauncher:
 
 
 if __name__ == "__main__":
-    zygote_main(int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]))
+    zygote_main(int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])
