@@ -352,6 +352,15 @@ def _refused_operation(exc: BaseException, source: str) -> str | None:
 PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
 
 
+def warm_bindings(tools: types.ModuleType) -> None:
+    """Have cattrs generate its (un)structure functions for every class in `tools` now: done
+    once in the zygote, it is not done again (and copied on write) in every child's first call."""
+    for value in list(vars(tools).values()):
+        if isinstance(value, type) and attrs.has(value):
+            converter.get_unstructure_hook(value)
+            converter.get_structure_hook(value)
+
+
 def compile_bindings(source: str) -> types.ModuleType:
     """The `tools` module built from its generated source."""
     sys.modules["_nexus_rt"] = sys.modules[__name__]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -33,7 +34,44 @@ CHUNK = 512
 #: record says how much it left out (a script must not make the host hold what its own memory
 #: limit would not let it hold)
 RECORD_BUDGET = 16 * 1024 * 1024
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 MAX_ERROR_CHARS = 8192
+#: how long past the timeout a run waits for a reader held up in a tool call before it answers
+DEADLINE_GRACE = 0.25
+
+
+class _ThreadCache:
+    """Reader threads, reused across runs (starting a thread per run costs more than the run's
+    own work); a new one whenever none is idle, so concurrent runs never wait for each other."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), daemon=True, name="run_code-reader").start()
+        inbox.put(fn)
+
+    def _work(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            try:
+                fn = inbox.get(timeout=60)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:  # nobody took it meanwhile: this thread may end
+                        self._idle.remove(inbox)
+                        return
+                continue  # a submitter took it and is putting work in
+            fn()
+            with self._lock:
+                self._idle.append(inbox)
+
+
+_readers = _ThreadCache()
 
 
 @attrs.define
@@ -155,9 +193,11 @@ class ScriptRun:
                                 error=f"unknown tool: {name!r}", error_kind="unknown_tool")
         else:
             result = self.nexus.invoke(call)
-        answer = unstructure(result)
-        self._send({"t": "result", "id": rid, "result": answer})
-        self._record(call, answer, size)
+        # the child needs these five; calls.jsonl keeps the whole result
+        self._send({"t": "result", "id": rid, "result": {
+            "output": result.output, "error": result.error, "error_kind": result.error_kind,
+            "output_file": result.output_file, "output_structured": result.output_structured}})
+        self._record(call, unstructure(result), size)
 
     def _record(self, call: ToolCall, answer: dict[str, Any], size: int) -> None:
         cost = size + len(answer.get("output") or "")
@@ -178,7 +218,7 @@ class ScriptRun:
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
     def _send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, separators=(",", ":"), default=str) + "\n").encode()
+        data = (_encode(msg) + "\n").encode()
         # the child is read under the lock: once the run has let go of it (and closed its fds,
         # whose numbers the process may reuse at once), a late answer is dropped, not written
         # into whatever file took the number
@@ -201,12 +241,16 @@ class ScriptRun:
         if self._call_count > self.settings.max_tool_calls:
             self._refuse(msg, f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls")
             return
-        # every call is answered off the reading thread, sequential ones too: a tool that is
-        # slow or hangs must not keep the run from ending at its deadline (the reader sees the
-        # killed child's end of the pipe and returns; the call finishes unseen)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
-        self._pool.submit(self._answer, msg, size)
+        if msg.get("p"):
+            # made inside parallel.map: answered concurrently, at most max_workers at once
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
+            self._pool.submit(self._answer, msg, size)
+        else:
+            # a lone sequential call: answered right here on the reading thread, no hop. The
+            # run's caller waits on the reader with the deadline, so a tool that hangs here
+            # cannot hold run_code past it.
+            self._answer(msg, size)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -222,9 +266,37 @@ class ScriptRun:
         watchdog = Watchdog(child, self.settings.timeout_seconds).start()
         final: dict[str, Any] | None = None
         violation: str | None = None
+        finished = threading.Event()
+        box: list[tuple[dict[str, Any] | None, str | None]] = []
+        # the child's fds are released by whichever of this thread and the reader lets go last:
+        # a reader held up in a tool call must not read a closed fd whose number was reused
+        holders = [2]
+        holders_lock = threading.Lock()
+
+        def release() -> None:
+            with holders_lock:
+                holders[0] -= 1
+                last = holders[0] == 0
+            if last:
+                child.close()
+
+        def read() -> None:
+            try:
+                box.append(self._read_loop(child))
+            except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
+                log.exception("run_code: reading the script's process of %s failed", self.call_id)
+                box.append((None, f"the host failed reading it: {type(exc).__name__}"))
+            finally:
+                finished.set()
+                release()
+
         try:
             self._send({"t": "start", **start})
-            final, violation = self._read_loop(child)
+            _readers.submit(read)
+            # the watchdog kills the child at the deadline and the reader then sees its pipe
+            # close; only a reader stuck in a hung tool call needs the grace to run out
+            if finished.wait(self.settings.timeout_seconds + DEADLINE_GRACE) and box:
+                final, violation = box[0]
         finally:
             watchdog.cancel()
             status: int | None = None
@@ -233,7 +305,7 @@ class ScriptRun:
                 child.kill()
             else:
                 child.kill()
-                status = child.wait(timeout=5.0)
+                status = child.wait(timeout=2.0)
             if self._pool is not None:
                 # a script that finished honestly has no call in flight; one still running was
                 # left by a script that did not wait for it (or forged it): its answer has no one
@@ -241,7 +313,7 @@ class ScriptRun:
                 self._pool.shutdown(wait=False, cancel_futures=True)
             with self._write_lock:
                 self._child = None
-            child.close()
+            release()
             self.streamer.finish()
         outcome.duration = time.monotonic() - began
         outcome.stdout = "".join(self.streamer.parts)

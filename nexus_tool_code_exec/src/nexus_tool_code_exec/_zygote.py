@@ -182,7 +182,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             elif kind == "preload":
                 try:
                     preloaded.clear()
-                    preloaded[msg["key"]] = _child.compile_bindings(msg["bindings"])
+                    preloaded[msg["key"]] = tools = _child.compile_bindings(msg["bindings"])
+                    _child.warm_bindings(tools)
+                    gc.collect()
+                    gc.freeze()
                 except Exception:  # a child will compile it itself and report the error
                     preloaded.clear()
                 if spare is not None:  # it was forked with the old bindings
