@@ -16,10 +16,9 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
-from jsonschema.protocols import Validator
 
 from ._models import ToolDef
-from ._schema import SchemaError, compile_schema
+from ._schema import ArgumentValidator, SchemaError, compile_schema
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -52,7 +51,7 @@ def as_tooldef(obj: Any) -> ToolDef:
 @attrs.frozen
 class _Entry:
     tool: ToolDef
-    validator: Validator | None
+    validator: ArgumentValidator | None
 
 
 class ToolRegistry:
@@ -101,7 +100,12 @@ class ToolRegistry:
                     f"object (a dict), got {type(schema).__name__}"
                 )
             try:
-                compiled = compile_schema(schema) if schema else None
+                if not schema:
+                    compiled = None
+                elif which == "input_schema":
+                    compiled = ArgumentValidator(schema, compile_schema(schema))
+                else:
+                    compiled = compile_schema(schema)
             except SchemaError as exc:
                 where = "/".join(map(str, exc.absolute_path)) or "(top level)"
                 raise ToolRegistrationError(
@@ -141,7 +145,7 @@ class ToolRegistry:
                 self._swap({n: e for n, e in self._entries.items() if e.tool.plugin != plugin})
         return names
 
-    def lookup(self, name: str) -> tuple[ToolDef, Validator | None] | None:
+    def lookup(self, name: str) -> tuple[ToolDef, ArgumentValidator | None] | None:
         """The tool called `name` and its compiled input validator (compiled once, when the tool
         was registered), or None."""
         entry = self._entries.get(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jsonschema
@@ -140,3 +140,111 @@ __all__ = [
     "short_repr",
     "unknown_keys",
 ]
+
+
+# -- a fast path for the common argument schema ------------------------------------------------
+
+#: keywords that only annotate: they never make an instance invalid
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated",
+                          "readOnly", "writeOnly"})
+_SIMPLE_TYPES: dict[str, Any] = {
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    # bools are not numbers in JSON Schema; an integral float would be an integer, but the fast
+    # path may be stricter than jsonschema (it only ever falls back to it), never laxer
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
+
+
+def _value_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A check for a property's schema built only of `type` (simple types, or a list of them),
+    `enum` of strings/numbers, arrays of such `items`, and annotations; else None."""
+    if not isinstance(schema, dict):
+        return None
+    keys = set(schema) - _ANNOTATIONS
+    if not keys <= {"type", "enum", "items"}:
+        return None
+    checks: list[Callable[[Any], bool]] = []
+    kind = schema.get("type")
+    if "items" in schema:
+        if kind != "array":
+            return None
+        item = _value_check(schema["items"])
+        if item is None:
+            return None
+        checks.append(lambda v: isinstance(v, list) and all(item(x) for x in v))
+    elif kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if kinds == ["array"]:
+            checks.append(lambda v: isinstance(v, list))
+        elif kinds and all(k in _SIMPLE_TYPES for k in kinds):
+            tests = [_SIMPLE_TYPES[k] for k in kinds]
+            checks.append(lambda v: any(t(v) for t in tests))
+        else:
+            return None
+    if "enum" in schema:
+        allowed = schema["enum"]
+        if not isinstance(allowed, list) or not all(isinstance(x, str) for x in allowed):
+            return None
+        members = frozenset(allowed)
+        checks.append(lambda v: isinstance(v, str) and v in members)
+    return lambda v: all(c(v) for c in checks)
+
+
+def fast_object_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """For an object schema of simply typed properties (the common tool argument schema), a
+    function that says True only for instances jsonschema would also find valid. For any other
+    schema, None. Used to skip the full validator for valid arguments; invalid ones still go
+    through it, for its messages."""
+    keys = set(schema) - _ANNOTATIONS - {"$schema"}
+    if schema.get("type") != "object" or not keys <= {"type", "properties", "required", "additionalProperties"}:
+        return None
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(props, dict) or not isinstance(required, list) or not isinstance(extra, bool):
+        return None
+    checks = {}
+    for name, sub in props.items():
+        check = _value_check(sub)
+        if check is None:
+            return None
+        checks[name] = check
+    needed = tuple(required)
+
+    def valid(instance: Any) -> bool:
+        if type(instance) is not dict:
+            return False
+        for name in needed:
+            if name not in instance:
+                return False
+        for name, value in instance.items():
+            check = checks.get(name)
+            if check is None:
+                if not extra:
+                    return False
+            elif not check(value):
+                return False
+        return True
+
+    return valid
+
+
+class ArgumentValidator:
+    """A compiled validator with the fast path in front: `iter_errors` yields nothing at once for
+    arguments the fast check accepts, and defers to jsonschema for everything else."""
+
+    def __init__(self, schema: dict[str, Any], validator: Validator) -> None:
+        self.schema = schema
+        self.validator = validator
+        self._fast = fast_object_check(schema)
+
+    def iter_errors(self, instance: Any) -> Iterable[ValidationError]:
+        if self._fast is not None and self._fast(instance):
+            return ()
+        return self.validator.iter_errors(instance)
+
+    def is_valid(self, instance: Any) -> bool:
+        return not any(True for _ in self.iter_errors(instance))

@@ -1,0 +1,87 @@
+"""The fast path in front of argument validation: for the common tool schema (an object of
+simply typed properties) it accepts only what jsonschema accepts, and everything else still goes
+through jsonschema, so error messages are unchanged."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import zlib
+from typing import Any
+
+import jsonschema
+import pytest
+
+from nexus_core import Nexus, native_tool
+from nexus_core._schema import fast_object_check
+
+SCHEMAS: list[dict[str, Any]] = [
+    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}},
+     "additionalProperties": False},
+    {"type": "object", "properties": {"flag": {"type": "boolean", "default": False},
+                                      "mode": {"enum": ["a", "b"], "description": "which"}},
+     "required": ["mode"], "additionalProperties": False},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}},
+                                      "maybe": {"type": ["string", "null"]}}},
+    {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+     "required": ["ids"], "additionalProperties": False},
+]
+
+VALUES: list[Any] = [None, True, False, 0, 1, -3, 2.5, 1.0, "", "a", "b", "text", [], ["x"], [1, 2],
+                     [1, "a"], [True], {}, {"k": 1}, 10**20]
+KEYS = ["text", "n", "x", "flag", "mode", "tags", "maybe", "ids", "other"]
+
+
+def _instances(seed: int, count: int) -> list[Any]:
+    rng = random.Random(seed)
+    out: list[Any] = [None, [], "x", 3]
+    for _ in range(count):
+        keys = rng.sample(KEYS, rng.randint(0, 4))
+        out.append({k: rng.choice(VALUES) for k in keys})
+    return out
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=range(len(SCHEMAS)))
+def test_the_fast_path_never_accepts_what_jsonschema_rejects(schema: dict[str, Any]) -> None:
+    fast = fast_object_check(schema)
+    assert fast is not None, "this schema is meant to be on the fast path"
+    full = jsonschema.Draft202012Validator(schema)
+    accepted = 0
+    for instance in _instances(seed=zlib.crc32(repr(schema).encode()), count=3000):
+        if fast(instance):
+            accepted += 1
+            assert full.is_valid(instance), f"fast path accepted {instance!r}, jsonschema does not"
+    assert accepted > 0, "the fast path should accept the valid instances it sees"
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 2}}},
+    {"type": "object", "properties": {"o": {"type": "object"}}},
+    {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+    {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
+    {"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}},
+    {"type": "object", "properties": {"e": {"enum": [1, 2]}}},
+    {"type": "object", "additionalProperties": {"type": "string"}},
+    {"properties": {"s": {"type": "string"}}},
+])
+def test_schemas_the_fast_path_does_not_understand_are_left_to_jsonschema(schema: dict[str, Any]) -> None:
+    assert fast_object_check(schema) is None
+
+
+def test_invalid_arguments_still_get_jsonschemas_messages() -> None:
+    tool = native_tool("t", input_schema=SCHEMAS[1], run=lambda a: "ok")
+    with Nexus(autoload=False, tools=[tool]) as nx:
+        assert nx.invoke("t", {"n": 1, "x": 2.5}).output == "ok"
+        assert nx.invoke("t", {"n": 1.0}).output == "ok"  # integral float: jsonschema's call, accepted
+        assert nx.invoke("t", {"n": True}).error == "invalid arguments for t: n: expected integer, got True"
+        assert nx.invoke("t", {"y": 1}).error == "invalid arguments for t: y: unknown key"
+
+
+def test_every_combination_of_small_values_agrees_on_a_typed_schema() -> None:
+    schema = SCHEMAS[2]
+    fast, full = fast_object_check(schema), jsonschema.Draft202012Validator(schema)
+    assert fast is not None
+    for flag, mode in itertools.product(VALUES, VALUES):
+        instance = {"flag": flag, "mode": mode}
+        assert fast(instance) == full.is_valid(instance), instance
