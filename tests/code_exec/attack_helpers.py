@@ -30,7 +30,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -61,44 +61,7 @@ def file_refused(path: str) -> str:
 
 # -- processes, fds, scratch folders --------------------------------------------------------------
 
-
-def process_table() -> dict[int, tuple[int, str, int]]:
-    """pid -> (parent pid, state, real uid) for every process we can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            uid = os.stat(f"/proc/{entry}").st_uid
-        except OSError:
-            continue
-        table[int(entry)] = (int(fields[1]), fields[0], uid)
-    return table
-
-
-def descendants(root: int | None = None) -> set[int]:
-    """Live (not zombie) processes below `root` (default: this process)."""
-    root = os.getpid() if root is None else root
-    table = process_table()
-    found: set[int] = set()
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, state, _) in table.items():
-            if ppid == parent and pid not in found and state != "Z":
-                found.add(pid)
-                frontier.append(pid)
-    return found
-
-
-def alive(pid: int) -> bool:
-    info = process_table().get(pid)
-    return info is not None and info[1] != "Z"
-
-
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+from proc_helpers import alive, descendants, open_fds, wait_until  # noqa: E402, F401 - re-exported
 
 
 def scratch_dirs() -> set[str]:
@@ -106,15 +69,6 @@ def scratch_dirs() -> set[str]:
     one root folder each zygote has."""
     tmp = Path(tempfile.gettempdir())
     return {str(p) for p in tmp.glob("nexus-run-*")} | {str(p) for p in tmp.glob("nexus-run-*/run-*")}
-
-
-def wait_until(predicate: Callable[[], bool], within: float = 3.0) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 # -- what the host sees -------------------------------------------------------------------------

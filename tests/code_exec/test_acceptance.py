@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 import threading
 import time
@@ -11,6 +10,7 @@ from typing import Any
 
 from nexus_core import CodeExecChunk, CodeExecResult, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
+from proc_helpers import descendants, group_members, process_table
 
 CE = "nexus.tool.code_exec"
 
@@ -115,29 +115,6 @@ def test_32_calls_of_50ms_through_parallel_map_with_8_workers_take_well_under_a_
     assert gate.results[-1].tool_calls == 32
 
 
-def _processes() -> dict[int, tuple[int, int, str]]:
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
-    return table
-
-
-def _descendants() -> set[int]:
-    table, found, frontier = _processes(), set(), [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, _, state) in table.items():
-            if ppid == parent and pid not in found and state != "Z":
-                found.add(pid)
-                frontier.append(pid)
-    return found
-
-
 def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_process(
         nexus_factory: NexusFactory) -> None:
     running: list[set[int]] = []
@@ -146,12 +123,12 @@ def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_p
         @hookimpl
         def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
             if not chunk.final and not running:
-                running.append(_descendants())
+                running.append(descendants())
 
     nx = nexus_factory(plugins=[CE, Spy()], config={"plugins": {CE: {"timeout_seconds": 1}}})
     assert_ok(run(nx, "def run(ctx):\n    return 1\n", "call_warm"))  # the zygote exists before the snapshot
     # the zygote and the child it forked ahead for the next script: that child runs the loop
-    baseline = _descendants()
+    baseline = descendants()
     start = time.monotonic()
     result = run(nx, "def run(ctx):\n    print('start')\n    while True:\n        pass\n")
     elapsed = time.monotonic() - start
@@ -161,13 +138,13 @@ def test_an_infinite_loop_times_out_within_a_second_of_the_limit_and_leaves_no_p
     assert 1.0 <= elapsed < 2.0
     assert running, "the script's output was not seen while it ran"
     time.sleep(0.1)
-    table = _processes()
-    after = {pid for pid in _descendants()}
+    table = process_table()
+    after = descendants()
     gone = baseline - after
     assert gone, "the process that ran the loop is still there"
     for pid in gone:
-        assert table.get(pid, (0, 0, "Z"))[2] == "Z", f"the script's process {pid} is still running"
-        assert [p for p, (_, group, state) in table.items() if group == pid and state != "Z"] == []
+        assert pid not in table or table[pid].state == "Z", f"the script's process {pid} is still running"
+        assert group_members(pid) == set()
     # not ==: a short-lived helper of the zygote may be in the baseline and gone since
     assert len(after) <= len(baseline), "a process was left behind (beyond the zygote and its one spare)"
 

@@ -8,18 +8,15 @@ call, file-size and open-file bombs, a storm of tool calls. Each must end with a
 from __future__ import annotations
 
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 from attack_helpers import CE, LIMIT, Range, guard, range_for_module
+from proc_helpers import rss_growth
 
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
-
-T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -32,29 +29,6 @@ def rng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
 @pytest.fixture(autouse=True)
 def unharmed(rng: Range) -> Iterator[None]:
     yield from guard(rng)
-
-
-def host_rss_growth(fn: Callable[[], T]) -> tuple[T, int]:
-    """fn()'s value, and how far this (the host's) resident memory rose above where it started."""
-    def rss() -> int:
-        with open("/proc/self/status") as f:
-            return int(f.read().split("VmRSS:")[1].split()[0]) * 1024
-
-    start, peak, done = rss(), [0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        value = fn()
-    finally:
-        done.set()
-        sampler.join()
-    return value, max(peak[0], rss()) - start
 
 
 # -- processes and threads ----------------------------------------------------------------------
@@ -122,7 +96,7 @@ MEMORY_BOMBS = {
 
 @pytest.mark.parametrize("bomb", list(MEMORY_BOMBS), ids=list(MEMORY_BOMBS))
 def test_memory_bomb(rng: Range, bomb: str) -> None:
-    (result, elapsed), grew = host_rss_growth(
+    (result, elapsed), grew = rss_growth(
         lambda: rng.run(f"def run(ctx):\n    print('allocating')\n    {MEMORY_BOMBS[bomb]}\n"))
     assert result.error == "memory limit exceeded"
     assert (result.output_structured or {})["stdout"].startswith("allocating\n")
@@ -193,7 +167,7 @@ FLOODS = {
 def test_an_output_flood_is_capped(rng: Range, flood: str) -> None:
     """max_output_bytes (64 KiB here) caps what is kept and what the stdout hook sees, and the
     result says so; the run itself succeeds."""
-    (result, elapsed), grew = host_rss_growth(
+    (result, elapsed), grew = rss_growth(
         lambda: rng.run(f"import typing\n\ndef run(ctx):\n    {FLOODS[flood]}\n    return 'flooded'\n"))
     body = result.output_structured
     assert body["result"] == "flooded" and body["stdout_truncated"] is True, result.error
@@ -235,7 +209,7 @@ RESULTS = {
 
 @pytest.mark.parametrize("value", list(RESULTS), ids=list(RESULTS))
 def test_a_huge_return_value_is_a_clear_error(rng: Range, value: str) -> None:
-    (result, elapsed), grew = host_rss_growth(lambda: rng.run(f"def run(ctx):\n    return {RESULTS[value][0]}\n"))
+    (result, elapsed), grew = rss_growth(lambda: rng.run(f"def run(ctx):\n    return {RESULTS[value][0]}\n"))
     assert result.error is not None and result.error.startswith(
         "result is not JSON-serializable: the result is too large: "), result.error
     assert result.error.endswith(" bytes (the limit is 1048576)")

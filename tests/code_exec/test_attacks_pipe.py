@@ -21,14 +21,12 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from attack_helpers import LIMIT, Range, guard, range_for_module
-
-T = TypeVar("T")
+from proc_helpers import rss_growth
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -262,29 +260,6 @@ def run(ctx):
     assert elapsed < LIMIT + 1.0, f"run_code answered {elapsed:.1f}s after the call, past its {LIMIT}s limit"
 
 
-def _peak_rss_during(fn: Callable[[], T]) -> tuple[T, int]:
-    """Run fn(); return its value and how far this process's RSS rose above where it started."""
-    def rss() -> int:
-        with open("/proc/self/status") as f:
-            return int(f.read().split("VmRSS:")[1].split()[0]) * 1024
-
-    start, peak, done = rss(), [0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        value = fn()
-    finally:
-        done.set()
-        sampler.join()
-    return value, max(peak[0], rss()) - start
-
-
 def test_huge_forged_calls_do_not_pile_up_in_the_host(rng: Range) -> None:
     script = REACH + """\
 def run(ctx):
@@ -295,7 +270,7 @@ def run(ctx):
             view = view[os.write(channel.wfd, view):]
     return "sent"
 """
-    (result, _), grew = _peak_rss_during(lambda: rng.run(script))
+    (result, _), grew = rss_growth(lambda: rng.run(script))
     session = Path(rng.nx.config.session_dir) / "plugins" / "nexus.tool.code_exec" / result.id
     persisted = sum(p.stat().st_size for p in session.rglob("*")) if session.exists() else 0
     shutil.rmtree(session, ignore_errors=True)  # 256 MiB of x's

@@ -21,57 +21,10 @@ import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
+from proc_helpers import alive, descendants, group_members, wait_until
 
 CE = "nexus.tool.code_exec"
 LIMIT = 1
-
-
-def process_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, process group, state) for every process we can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
-    return table
-
-
-def descendants(root: int | None = None) -> set[int]:
-    root = os.getpid() if root is None else root
-    table = process_table()
-    found: set[int] = set()
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, _, state) in table.items():
-            if ppid == parent and pid not in found and state != "Z":
-                found.add(pid)
-                frontier.append(pid)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie (a zombie has nothing left to run and holds nothing)."""
-    info = process_table().get(pid)
-    return info is not None and info[2] != "Z"
-
-
-def group_members(pgid: int) -> set[int]:
-    return {pid for pid, (_, group, state) in process_table().items() if group == pgid and state != "Z"}
-
-
-def wait_until(predicate: Any, within: float = 2.0) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 class ProcessSpy:
