@@ -25,10 +25,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import pluggy
 
 from ._models import CallContext, ErrorKind, Rewrite, ToolCall, ToolDef, ToolResult, Veto
-from ._plugins import GateOutcome, describe_exception, record_gate_outcomes
+from ._plugins import GateOutcome, NexusPluginManager, describe_exception, record_gate_outcomes
 from ._registry import ToolRegistry
 from ._results import error_result, normalize_result
 from ._schema import explain
@@ -80,7 +79,7 @@ def _names(plugins: list[str]) -> str:
 
 
 class Invoker:
-    def __init__(self, nexus: Nexus, pm: pluggy.PluginManager, registry: ToolRegistry) -> None:
+    def __init__(self, nexus: Nexus, pm: NexusPluginManager, registry: ToolRegistry) -> None:
         self._nexus = nexus
         self._pm = pm
         self._registry = registry
@@ -106,10 +105,11 @@ class Invoker:
                 result = error_result(call, f"invalid arguments for {call.name}: {problems}", "invalid_arguments")
                 return self._finish(call, result)
 
-        try:
-            self._hook.nexus_tool_invoke(call=call, tool=tool)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
+        if "nexus_tool_invoke" in self._pm.implemented:
+            try:
+                self._hook.nexus_tool_invoke(call=call, tool=tool)
+            except Exception:  # only a hook wrapper can get here: observers are contained
+                log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
         try:
             if tool.takes_context:
@@ -134,6 +134,8 @@ class Invoker:
     def _gate_call(self, call: ToolCall, tool: ToolDef) -> tuple[ToolCall, ToolResult | None]:
         """Run the call gates until none rewrites. Returns the (maybe rewritten) call and, when
         refused, the error result."""
+        if "nexus_before_tool_invoke" not in self._pm.implemented:
+            return call, None
         for _ in range(MAX_GATE_ROUNDS):
             with record_gate_outcomes() as outcomes:
                 try:
@@ -167,6 +169,8 @@ class Invoker:
         return call, _vetoed(call, reason, None)
 
     def _gate_result(self, call: ToolCall, result: ToolResult) -> ToolResult:
+        if "nexus_before_tool_result" not in self._pm.implemented:
+            return result
         for _ in range(MAX_GATE_ROUNDS):
             with record_gate_outcomes() as outcomes:
                 try:
@@ -198,8 +202,9 @@ class Invoker:
 
     def _finish(self, call: ToolCall, result: ToolResult) -> ToolResult:
         result = self._gate_result(call, result)
-        try:
-            self._hook.nexus_tool_result(call=call, result=result)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
+        if "nexus_tool_result" in self._pm.implemented:
+            try:
+                self._hook.nexus_tool_result(call=call, result=result)
+            except Exception:  # only a hook wrapper can get here: observers are contained
+                log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
         return result

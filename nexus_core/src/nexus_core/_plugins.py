@@ -161,9 +161,27 @@ class NexusPluginManager(pluggy.PluginManager):
 
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT)
+        #: the hooks that have at least one implementation (or all of them while tracing): the
+        #: invocation path skips calling the others, which on the per-call path adds up
+        self.implemented: frozenset[str] = frozenset()
+
+    def _refresh_implemented(self) -> None:
+        if env_flag(ENV_TRACE):
+            self.implemented = frozenset(name for name in dir(hookspecs) if name.startswith("nexus_"))
+            return
+        self.implemented = frozenset(
+            name for name, caller in vars(self.hook).items()
+            if isinstance(caller, pluggy.HookCaller) and caller.get_hookimpls()
+        )
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        removed = super().unregister(plugin, name)
+        self._refresh_implemented()
+        return removed
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         registered = super().register(plugin, name)
+        self._refresh_implemented()
         if registered is None:
             return None
         for caller in self.get_hookcallers(plugin) or []:
