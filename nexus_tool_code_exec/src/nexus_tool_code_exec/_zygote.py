@@ -38,6 +38,8 @@ from typing import Any
 from ._launch import CHILD_ENV, Child
 
 MAX_CTRL_MESSAGE = 64 * 1024 * 1024
+#: the niceness a spare child isolates itself at, until it is handed a script
+SPARE_NICENESS = 19
 
 
 # -- the zygote process -----------------------------------------------------------------------
@@ -139,6 +141,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            if can_renice:  # set up while nobody waits for it, without taking CPU from a run
+                os.setpriority(os.PRIO_PROCESS, 0, SPARE_NICENESS)
             _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
             _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
                               preloaded)
@@ -147,6 +151,11 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         children.add(pid)
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
+    # only a privileged zygote can give a child back the priority it lowered
+    base_priority = os.getpriority(os.PRIO_PROCESS, 0)
+    can_renice = os.geteuid() == 0
+    if can_renice:  # its forks happen while a run goes on: let the run have the CPU
+        os.setpriority(os.PRIO_PROCESS, 0, SPARE_NICENESS)
     send({"t": "ready", "pid": os.getpid()})
     spare = fork_child()
     buf = b""
@@ -174,6 +183,11 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             if kind == "fork":
                 child = spare or fork_child()
                 spare = None
+                if can_renice:  # a script waits for it now: back to the host's priority
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, child.pid, base_priority)
+                    except OSError:
+                        pass
                 send({"t": "forked", "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
                      [child.host_read, child.host_write])
                 os.close(child.host_read)
