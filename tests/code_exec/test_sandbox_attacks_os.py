@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_fixtures import no_leaks, secret  # noqa: F401 - fixtures used by name
 
 from nexus_tool_code_exec import sandbox
 
@@ -47,23 +48,6 @@ def refused(out: sandbox.ChildOutcome, exc: str, *errnos: int) -> None:
     assert out.error is not None and out.error.startswith(exc + ":"), out
     assert out.errno in errnos, (out, errno.errorcode.get(out.errno or 0))
     assert out.exit_code == 0
-
-
-@pytest.fixture(autouse=True)
-def no_leaks() -> Iterator[None]:
-    before = sorted(os.listdir("/proc/self/fd"))
-    yield
-    assert sorted(os.listdir("/proc/self/fd")) == before
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
-
-
-@pytest.fixture
-def secret(tmp_path: Path) -> Path:
-    path = tmp_path / "secret.txt"
-    path.write_text("hunter2")
-    path.chmod(0o600)
-    return path
 
 
 @pytest.fixture

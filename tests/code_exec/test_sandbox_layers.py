@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_fixtures import no_leaks, secret  # noqa: F401 - fixtures used by name
 
 from nexus_tool_code_exec import _landlock, _seccomp, sandbox
 
@@ -80,24 +81,6 @@ def syscall(name: str, *args: Any) -> tuple[int, int]:
 
 
 # -- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def no_leaks() -> Iterator[None]:
-    """After each test: the same open fds as before, and no child left (reaped or running)."""
-    before = sorted(os.listdir("/proc/self/fd"))
-    yield
-    assert sorted(os.listdir("/proc/self/fd")) == before
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
-
-
-@pytest.fixture
-def secret(tmp_path: Path) -> Path:
-    path = tmp_path / "secret.txt"
-    path.write_text("hunter2")
-    path.chmod(0o600)
-    return path
 
 
 @pytest.fixture
