@@ -196,3 +196,16 @@ def test_schemas_describe_every_tool_in_each_format(fmt: str) -> None:
 def test_schemas_refuse_an_unknown_format() -> None:
     with Nexus(autoload=False) as nx, pytest.raises(ValueError, match="unknown format 'openia'"):
         nx.schemas("openia")
+
+
+def test_replace_tool_swaps_a_definition_in_one_step_and_only_for_its_owner() -> None:
+    with Nexus(autoload=False, tools=[native_tool("greet", "v1", run=lambda a: "one")]) as nx:
+        seen = nx.tools_version
+        nx.replace_tool(native_tool("greet", "v2", run=lambda a: "two"))
+        assert nx.tool("greet").description == "v2"
+        assert nx.invoke("greet", {}).output == "two"
+        assert nx.tools_version > seen
+        with pytest.raises(ToolRegistrationError):
+            nx.replace_tool(native_tool("greet", "v3", run=lambda a: "three"), plugin="someone.else")
+        with pytest.raises(ToolRegistrationError):
+            nx.replace_tool(native_tool("missing", run=lambda a: ""))

@@ -258,6 +258,12 @@ class Nexus:
     def remove_tool(self, name: str) -> ToolDef | None:
         return self._registry.remove(name)
 
+    def replace_tool(self, tool: Any, plugin: str | None = None) -> ToolDef:
+        """Swap in a new definition of a tool that `plugin` (None: the host) registered, in one
+        step: no concurrent call finds it missing in between (run_code refreshes its
+        description this way). Raises ToolRegistrationError for a tool it does not own."""
+        return self._registry.replace(tool, plugin=plugin)
+
     def check_pending(self) -> None:
         """Raise `pluggy.PluginValidationError` if any registered hookimpl matches no hook."""
         self._pm.check_pending()

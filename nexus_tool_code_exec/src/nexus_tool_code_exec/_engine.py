@@ -168,11 +168,10 @@ class CodeExec:
         return intro + self.bindings().stubs
 
     def _refresh_description(self) -> None:
-        registry = self.nexus._registry  # noqa: SLF001 - replace run_code in place, same plugin
-        if registry.get(TOOL_NAME) is None or self._closed:
+        current = self.nexus.tool(TOOL_NAME)
+        if current is None or current.plugin != self.plugin_id or self._closed:
             return
-        registry.remove(TOOL_NAME)
-        registry.add(self.tooldef(), plugin=self.plugin_id)
+        self.nexus.replace_tool(self.tooldef(), plugin=self.plugin_id)
 
     # -- bindings and skills ----------------------------------------------------------------
 
