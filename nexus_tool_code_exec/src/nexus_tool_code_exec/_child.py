@@ -152,7 +152,7 @@ class Channel:
         self._ids = itertools.count(1)
 
     def send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, separators=(",", ":"), default=_json_default) + "\n").encode()
+        data = (_encode(msg) + "\n").encode()
         with self._wlock:
             view = memoryview(data)
             while view:
@@ -208,6 +208,10 @@ def _json_default(value: Any) -> Any:
     if attrs.has(type(value)):
         return converter.unstructure(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: one encoder for every message (json.dumps with options builds a new one per call)
+_encode = json.JSONEncoder(separators=(",", ":"), default=_json_default).encode
 
 
 # -- output ---------------------------------------------------------------------------------
