@@ -232,7 +232,7 @@ class CodeExec:
                     try:
                         zygote.start()
                         self._launcher = zygote
-                        self.launcher_note = f"warm zygote (pid {zygote.pid}) forks each script"
+                        self.launcher_note = "warm zygote forks each script"
                     except Exception as exc:
                         if mode == "zygote":
                             raise
@@ -332,11 +332,12 @@ class CodeExec:
     def doctor_lines(self) -> list[str]:
         lines = []
         try:
-            self.launcher()
+            launcher = self.launcher()
         except Exception as exc:
             lines.append(f"error: no way to start a script's process: {exc}")
             return lines
-        lines.append(f"launcher: {self.launcher_note}")
+        pid = getattr(launcher, "pid", None)  # the zygote's, as of now: it is replaced if it dies
+        lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         for name, status in sorted(self.layer_statuses().items()):
             state = "active" if status.active else "unavailable"
             lines.append(f"layer {name:<8} {state}: {status.detail}")

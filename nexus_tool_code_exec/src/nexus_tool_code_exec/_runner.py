@@ -136,12 +136,11 @@ class _Streamer:
         self._pending[stream] = pending
 
     def finish(self) -> None:
-        for stream in ("stderr", "stdout"):
-            if self._pending[stream] and stream == "stderr":
-                self._send(stream, self._pending[stream])
-                self._pending[stream] = ""
+        """The rest of stderr, then the final chunk: the rest of stdout (maybe empty)."""
+        if self._pending["stderr"]:
+            self._send("stderr", self._pending["stderr"])
         self._send("stdout", self._pending["stdout"], final=True)
-        self._pending["stdout"] = ""
+        self._pending = {"stdout": "", "stderr": ""}
 
     def _send(self, stream: str, data: str, final: bool = False) -> None:
         self._emit(CodeExecChunk(call_id=self._call_id, data=data, stream=stream, final=final))  # type: ignore[arg-type]

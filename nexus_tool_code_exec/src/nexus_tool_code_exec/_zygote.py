@@ -37,7 +37,6 @@ from typing import Any
 
 from ._launch import CHILD_ENV, Child
 
-MAX_CTRL_MESSAGE = 64 * 1024 * 1024
 #: the niceness a spare child isolates itself at, until it is handed a script
 SPARE_NICENESS = 19
 
@@ -277,7 +276,6 @@ class ZygoteLauncher:
         self._preloaded_key: str | None = None
         self._scratch_root: str | None = None
         self.pid: int | None = None
-        self.restarts = -1
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -312,7 +310,6 @@ class ZygoteLauncher:
                 raise ZygoteError("the zygote did not start")
             host_end.settimeout(None)
             self.pid = ready[0]["pid"]
-            self.restarts += 1
             self._sock = host_end
             self._preloaded_key = None
             self._reader = threading.Thread(target=self._read_ctrl, args=(host_end, ready[1]),
