@@ -7,7 +7,8 @@ returning a `Rewrite`, never by mutating it.
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -26,9 +27,30 @@ ErrorKind = Literal[
 ]
 
 
-def new_call_id() -> str:
-    """A fresh, unique call id (`call_` and 24 hex digits)."""
-    return "call_" + uuid.uuid4().hex[:24]
+class _CallIds:
+    """`call_` and 24 hex digits: 64 random bits drawn once per process (again in a forked
+    child, and whenever the counter wraps), then a 32-bit counter. Unique like a uuid4's
+    prefix, at a tenth of its cost: every tool call gets one, and run_code's inner calls come
+    tens of microseconds apart."""
+
+    def __init__(self) -> None:
+        self._reseed()
+        os.register_at_fork(after_in_child=self._reseed)
+
+    def _reseed(self) -> None:
+        self._prefix = "call_" + os.urandom(8).hex()
+        self._counter = itertools.count()  # next() on it is atomic under the GIL
+
+    def __call__(self) -> str:
+        n = next(self._counter)
+        if n > 0xFFFFFFFF:
+            self._reseed()
+            n = next(self._counter)
+        return f"{self._prefix}{n:08x}"
+
+
+new_call_id: Callable[[], str] = _CallIds()
+new_call_id.__doc__ = "A fresh, unique call id (`call_` and 24 hex digits)."
 
 
 def _default_input_schema() -> JSONObject:
