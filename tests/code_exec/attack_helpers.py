@@ -221,7 +221,24 @@ class Range:
         self.launched.clear()
         self.spares_seen.clear()
         self.note_spares()
-        return {"fds": open_fds(), "scratch": scratch_dirs()}
+        return {"fds": self.settled_fds(), "scratch": scratch_dirs()}
+
+    def settled_fds(self) -> set[str]:
+        """host_fds() once it has stopped changing (a spare or a session folder on its way)."""
+        last = self.host_fds()
+        for _ in range(100):
+            time.sleep(0.02)
+            now = self.host_fds()
+            if now == last:
+                return now
+            last = now
+        return last
+
+    def host_fds(self) -> set[str]:
+        """This process's open fds, but those run_code keeps between runs and replaces after
+        each: the spare child's pipe ends, the files of the session folder made ahead."""
+        held = engine_for(self.nx).held_fds()
+        return open_fds() - {str(fd) for fd in held}
 
     def note_spares(self) -> None:
         self.spares_seen.update(descendants(self.zygote_pid))
@@ -267,9 +284,11 @@ class Range:
             problems.append(f"the zygote {self.zygote_pid} is gone")
         if not wait_until(lambda: len(descendants()) <= self.baseline_processes):
             problems.append(f"processes left: {sorted(descendants())} (baseline {self.baseline_processes})")
-        if not wait_until(lambda: open_fds() == before["fds"], within=2.0):
-            now = open_fds()
-            problems.append(f"fds leaked: {sorted(now - before['fds'])}, closed: {sorted(before['fds'] - now)}")
+        if not wait_until(lambda: self.host_fds() == before["fds"], within=2.0):
+            now = self.host_fds()
+            problems.append(f"fds leaked: {_described(now - before['fds'])}, closed: {sorted(before['fds'] - now)}")
+        if not wait_until(lambda: len(zygote_of(self.nx).held_fds()) == 2):
+            problems.append(f"the launcher holds no spare child: {zygote_of(self.nx).held_fds()}")
         self.note_spares()
         if not wait_until(lambda: not self.leaked_scratch(before["scratch"])):
             problems.append(f"scratch folders left: {self.leaked_scratch(before['scratch'])}")
@@ -290,6 +309,17 @@ class Range:
         if not wait_until(lambda: [len(f) for f in spare_folders().values()] == [1]):
             problems.append(f"expected one spare child holding one scratch folder: {spare_folders()}")
         assert not problems, "the host was harmed:\n  " + "\n  ".join(problems)
+
+
+def _described(fds: set[str]) -> list[str]:
+    """Each fd with what it is open on."""
+    out = []
+    for fd in sorted(fds, key=int):
+        try:
+            out.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            out.append(fd)
+    return out
 
 
 def _listen(family: int, address: Any) -> socket.socket:

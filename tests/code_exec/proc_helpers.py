@@ -63,7 +63,9 @@ def group_members(pgid: int) -> set[int]:
 
 
 def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+    """This process's open fds, but the one the listing itself used (the lowest free fd at the
+    time, so it moves whenever other fds do)."""
+    return {fd for fd in os.listdir("/proc/self/fd") if os.path.lexists(f"/proc/self/fd/{fd}")}
 
 
 def wait_until(predicate: Callable[[], bool], within: float = 3.0) -> bool:

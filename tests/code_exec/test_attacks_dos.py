@@ -108,7 +108,9 @@ LOOPS = {
     "busy": "while True:\n        pass",
     "sleep": "time.sleep(10 ** 6)",
     "parallel": "parallel.map(range(4), lambda i: [None for _ in iter(int, 1)])",
-    "wait_on_the_pipe": "random._os.read(typing.sys.modules['_nexus_rt']._channel.rfd, 1)",
+    # the runtime's end of the pipe is non-blocking (it polls): wait on it as the runtime does
+    "wait_on_the_pipe": ("typing.sys.modules['select'].select([typing.sys.modules['_nexus_rt']._channel.rfd], [], [])\n"
+                         "    random._os.read(typing.sys.modules['_nexus_rt']._channel.rfd, 1)"),
     "ignore_signals": ("signal = typing.sys.modules['signal']\n"
                        "    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU, signal.SIGALRM):\n"
                        "        signal.signal(sig, signal.SIG_IGN)\n"

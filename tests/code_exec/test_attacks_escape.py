@@ -186,9 +186,11 @@ def test_generator_frame_walk_to_the_runtime_and_its_channel(rng: Range) -> None
     assert_all_refused(rng, attack.found, forged_run_code="unknown tool: 'run_code'",
                        forged_no_such_tool="unknown tool: 'no_such_tool'")
     assert attack.found["runtime_frame"] == "run_script"
-    # the start message holds the script's own things, nothing of the host's
-    assert attack.found["start_keys"] == ["bindings", "bindings_key", "call_id", "max_output_bytes",
-                                          "max_result_bytes", "max_workers", "script", "skills", "t", "timeout"]
+    # the start message holds the script's own things, nothing of the host's (the bindings'
+    # source is left out when the child has them compiled already)
+    assert sorted(set(attack.found["start_keys"]) - {"bindings"}) == [
+        "bindings_key", "call_id", "code", "max_output_bytes", "max_result_bytes", "max_workers", "script",
+        "skills", "t", "timeout"]
     inner = [c for c in rng.watch.gated + rng.watch.invoked if c.parent_call_id is not None]
     assert inner == [], "a forged call reached the gates or a handler"
     assert attack.result.error == attack.final_error(file_refused(rng.secret_path))

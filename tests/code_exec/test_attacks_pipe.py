@@ -55,6 +55,7 @@ def raw_call(name, args, rid=4242):
     os.write(channel.wfd, (json.dumps({"t": "call", "id": rid, "name": name, "args": args}) + "\\n").encode())
     data = b""
     while not data.endswith(b"\\n"):
+        sys.modules["select"].select([channel.rfd], [], [])  # the runtime's end is non-blocking
         data += os.read(channel.rfd, 1 << 20)
     return json.loads(data)
 

@@ -177,6 +177,9 @@ def test_a_dead_zygote_is_restarted_for_the_next_script(nexus_factory: NexusFact
     launcher = engine_for(nx).launcher()
     first = launcher.pid
     os.kill(first, _signal.SIGKILL)
+    # gone for good (its spare with it): until then a run may still be served by the spare the
+    # host holds, which needs nothing of the zygote
+    assert wait_until(lambda: not alive(first))
     deadline = time.monotonic() + 10
     result = None
     while time.monotonic() < deadline:  # the run that finds it dead may fail; the next must not

@@ -15,10 +15,13 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import base64
 import errno
 import importlib.machinery
+import importlib.util
 import itertools
 import json
+import marshal
 import os
 import re
 import sys
@@ -32,6 +35,8 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from ._wait import PipeReader
 
 SCRIPT_FILENAME = "script.py"
 MAX_LINE = 64 * 1024 * 1024
@@ -150,6 +155,9 @@ class Channel:
         self._closed: str | None = None
         self._buf = b""
         self._ids = itertools.count(1)
+        # answers usually come within microseconds of a call: the reader spins first (but not
+        # while a spare waits for its script: `expect` turns it on)
+        self._reader = PipeReader(rfd, eager=False)
 
     def send(self, msg: dict[str, Any]) -> None:
         data = (_encode(msg) + "\n").encode()
@@ -161,7 +169,7 @@ class Channel:
 
     def read_message(self) -> dict[str, Any]:
         while b"\n" not in self._buf:
-            chunk = os.read(self.rfd, 1 << 16)
+            chunk = self._reader.read()
             if not chunk:
                 raise ChannelClosed("the host closed the pipe")
             self._buf += chunk
@@ -172,6 +180,10 @@ class Channel:
         if not isinstance(msg, dict):
             raise ChannelClosed("not a message")
         return msg
+
+    def expect(self, window: float | None = None) -> None:
+        """A message is coming soon: poll for it before sleeping (see _wait.py)."""
+        self._reader.expect(window)
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         rid = next(self._ids)
@@ -352,6 +364,32 @@ def _refused_operation(exc: BaseException, source: str) -> str | None:
     return None
 
 
+def dump_code(tree: Any) -> dict[str, str]:
+    """The script's code, compiled (by the host, from the AST its check parsed) for the child:
+    marshal data, tagged with the bytecode version it is for."""
+    code = compile(tree, SCRIPT_FILENAME, "exec", dont_inherit=True)
+    return {"magic": importlib.util.MAGIC_NUMBER.hex(), "marshal": base64.b64encode(marshal.dumps(code)).decode()}
+
+
+def load_code(start: dict[str, Any]) -> types.CodeType:
+    """The script's code object: loaded from what the host compiled when it is for this
+    interpreter's bytecode (a child's first compile pays for every page the compiler touches,
+    ~0.3 ms, against ~20 us for this), else compiled here from the source. The host is trusted;
+    what the child runs is the script either way."""
+    sent = start.get("code")
+    if isinstance(sent, dict) and sent.get("magic") == importlib.util.MAGIC_NUMBER.hex():
+        code = marshal.loads(base64.b64decode(sent["marshal"]))
+        if isinstance(code, types.CodeType):
+            return code
+    return compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
+
+
+_SAMPLE_START = json.dumps({
+    "t": "start", "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
+    "code": dump_code(compile("def run(ctx):\n    return 1\n", SCRIPT_FILENAME, "exec", 0x400, True)),
+    "bindings_key": "", "skills": {}, "max_workers": 1, "max_output_bytes": 1, "max_result_bytes": 1, "timeout": 1,
+})
+
 #: bindings the zygote compiled ahead of the fork, by key
 PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
 
@@ -374,20 +412,45 @@ def compile_bindings(source: str) -> types.ModuleType:
     return tools
 
 
-def install_modules(start: dict[str, Any]) -> None:
-    """Put `_nexus_rt`, `tools`, `parallel` and `skills.<name>` in sys.modules."""
-    from . import _parallel
+class Stage:
+    """What a run needs that does not depend on its script: set up by a spare before its script
+    comes, so that the run does not pay for it (in a fresh fork, mostly page faults)."""
 
+    def __init__(self, channel: Channel) -> None:
+        from . import _parallel
+
+        self.channel = channel
+        self.budget = [65536]
+        self.flags = {"truncated": False}
+        self.out = StreamWriter(channel, "stdout", self.budget, self.flags)
+        self.err = StreamWriter(channel, "stderr", self.budget, self.flags)
+        self.parallel = _parallel
+        self.skills = types.ModuleType("skills", "Helpers of the active skills.")
+        self.skills.__path__ = []
+        self.finder = SkillHelpers({})
+        self.module = types.ModuleType("__script__")
+        self.module.__file__ = SCRIPT_FILENAME
+        # the start message's way through this process, once, on a sample (made in the zygote):
+        # its first pass through the JSON decoder, base64 and marshal costs ~0.3 ms of page
+        # faults in a fresh fork, better paid while nobody waits
+        sample = json.loads(_SAMPLE_START)
+        exec(load_code(sample), types.ModuleType("__sample__").__dict__)
+
+
+def install_modules(start: dict[str, Any], stage: Stage) -> None:
+    """Put `_nexus_rt`, `tools`, `parallel` and `skills.<name>` in sys.modules."""
     sys.modules["_nexus_rt"] = sys.modules[__name__]
-    _parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
-    sys.modules["parallel"] = _parallel
+    stage.parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
+    sys.modules["parallel"] = stage.parallel
     tools = PRELOADED_BINDINGS.get(start.get("bindings_key") or "")
-    sys.modules["tools"] = tools if tools is not None else compile_bindings(start["bindings"])
-    skills_pkg = types.ModuleType("skills", "Helpers of the active skills.")
-    skills_pkg.__path__ = []
-    sys.modules["skills"] = skills_pkg
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]
-    sys.meta_path.insert(0, SkillHelpers(start.get("skills") or {}))
+    if tools is None:
+        if "bindings" not in start:
+            raise RuntimeError("the host sent no bindings, and this process has none compiled")
+        tools = compile_bindings(start["bindings"])
+    sys.modules["tools"] = tools
+    sys.modules["skills"] = stage.skills
+    stage.finder.skills = start.get("skills") or {}
+    sys.meta_path[:] = [stage.finder] + [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]
 
 
 class SkillHelpers:
@@ -414,20 +477,17 @@ class SkillHelpers:
             exec(compile(source, f"skills/{name}/{filename}", "exec", dont_inherit=True), module.__dict__)
 
 
-def run_script(channel: Channel, start: dict[str, Any]) -> dict[str, Any]:
+def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = None) -> dict[str, Any]:
     """Run the script of `start`; the final message to send ("done" or "error")."""
     global _channel
     _channel = channel
-    budget = [int(start.get("max_output_bytes", 65536))]
-    flags = {"truncated": False}
-    out = StreamWriter(channel, "stdout", budget, flags)
-    err = StreamWriter(channel, "stderr", budget, flags)
+    stage = stage or Stage(channel)
+    stage.budget[0] = int(start.get("max_output_bytes", 65536))
+    flags, out, err, module = stage.flags, stage.out, stage.err, stage.module
     sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
     try:
-        install_modules(start)
-        module = types.ModuleType("__script__")
-        module.__file__ = SCRIPT_FILENAME
-        code = compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
+        install_modules(start, stage)
+        code = load_code(start)
         exec(code, module.__dict__)
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
@@ -455,9 +515,12 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
     """Run one script: read its start message (unless given), run it, report, flush."""
     channel = Channel(rfd, wfd)
     try:
+        stage = Stage(channel)
         if start is None:
             start = channel.read_message()
-        final = run_script(channel, start)
+        # no spinning for the first call's answer: it comes after the host has handed the pipe
+        # to the thread that answers calls (see _runner.py); the waits after it turn it on
+        final = run_script(channel, start, stage)
     except ChannelClosed:
         return
     try:

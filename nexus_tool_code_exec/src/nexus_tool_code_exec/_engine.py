@@ -31,7 +31,9 @@ from nexus_core import (
 from ._bindings import Bindings, generate
 from ._check import ScriptRejected, check_script, skill_module_name
 from ._launch import Launcher, SpawnLauncher
+from . import _child
 from ._runner import Outcome, ScriptRun, Settings
+from ._session import FolderMaker, SessionFiles, write_text
 from ._zygote import ZygoteLauncher
 
 #: the sandbox layers run_code knows, as `require:` names them (sandbox.LAYERS, in its order)
@@ -139,6 +141,8 @@ class CodeExec:
         self._launcher: Launcher | None = None
         self.launcher_note = "not started yet"
         self._closed = False
+        self._makers: dict[Path, FolderMaker] = {}  # by session parent folder (session_dir may change)
+        self._missing: tuple[str, list[str]] | None = None
 
     # -- the tool ---------------------------------------------------------------------------
 
@@ -248,9 +252,16 @@ class CodeExec:
         return sorted(name for name, status in self.layer_statuses().items() if status.active)
 
     def missing_required(self) -> list[str]:
+        # asked on every run: worked out again only when the switch that disables layers changes
+        switch = os.environ.get(ENV_DISABLE_LAYERS, "")
+        cached = self._missing
+        if cached is not None and cached[0] == switch:
+            return list(cached[1])
         statuses = self.layer_statuses()
-        return [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
-                for name in self.config["require"] if name not in statuses or not statuses[name].active]
+        missing = [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
+                   for name in self.config["require"] if name not in statuses or not statuses[name].active]
+        self._missing = (switch, missing)
+        return list(missing)
 
     def policy(self) -> dict[str, Any]:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
@@ -269,8 +280,8 @@ class CodeExec:
         the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
         skills = self.skill_helpers()
         try:
-            check_script(script, self.config["allowed_packages"], active_skills=skills,
-                         reject_threads=self.config["reject_threads"])
+            tree = check_script(script, self.config["allowed_packages"], active_skills=skills,
+                                reject_threads=self.config["reject_threads"])
         except ScriptRejected as exc:
             return self._finish(call_id, script, Outcome(error=str(exc)), record, announced=False)
         missing = self.missing_required()
@@ -283,8 +294,8 @@ class CodeExec:
         bindings_key = f"{id(self)}:{self.nexus.tools_version}"
         if isinstance(launcher, ZygoteLauncher):
             launcher.preload(bindings_key, bindings.source)
+        session = self._session_dir(call_id) if record else None
         if record:
-            session = self._session_dir(call_id)
             self.nexus.hook.nexus_code_exec_request(
                 request=CodeExecRequest(call_id=call_id, script=script,
                                         session_dir=str(session) if session else None)
@@ -294,6 +305,9 @@ class CodeExec:
         start = {
             "call_id": call_id,
             "script": script,
+            # compiled here, from the tree the check parsed: the child only loads it (a fresh
+            # child compiles several times slower than this warm process, see _child.load_code)
+            "code": _child.dump_code(tree),
             "bindings": bindings.source,
             "bindings_key": bindings_key,
             "skills": skills,
@@ -302,17 +316,23 @@ class CodeExec:
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
         }
-        outcome = run.run(launcher, start)
-        return self._finish(call_id, script, outcome, record, announced=True)
+        files = SessionFiles(session, self._folder_maker(session.parent)) if session else None
+        # the session folder and its files are made while the child starts the script: what is
+        # left for the end is writing into them
+        outcome = run.run(launcher, start, meanwhile=(lambda: files.open(script)) if files else None)
+        return self._finish(call_id, script, outcome, record, announced=True, files=files)
 
-    def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool) -> Outcome:
+    def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool,
+                files: SessionFiles | None = None) -> Outcome:
         if record:
-            self._persist(call_id, script, outcome)
+            if files is None or not files.finish(outcome.stdout, outcome.result_json, outcome.error,
+                                                 outcome.call_lines):
+                self._persist(call_id, script, outcome)
             if announced:
                 self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
                     call_id=call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
                     stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
-                    tool_calls=len(outcome.calls),
+                    tool_calls=len(outcome.call_lines),
                 ))
         return outcome
 
@@ -388,17 +408,32 @@ class CodeExec:
             return
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "script.py").write_text(script, encoding="utf-8")
-            (folder / "stdout.txt").write_text(outcome.stdout, encoding="utf-8")
+            write_text(folder / "script.py", script)
+            write_text(folder / "stdout.txt", outcome.stdout)
             if outcome.error is None:
-                (folder / "result.json").write_text(outcome.result_json or "null", encoding="utf-8")
+                write_text(folder / "result.json", outcome.result_json or "null")
             else:
-                (folder / "error.txt").write_text(outcome.error + "\n", encoding="utf-8")
-            with open(folder / "calls.jsonl", "w", encoding="utf-8") as f:
-                for record in outcome.calls:
-                    f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+                write_text(folder / "error.txt", outcome.error + "\n")
+            write_text(folder / "calls.jsonl", "".join(outcome.call_lines))
         except OSError:
             log.exception("could not persist run_code call %s in %s", call_id, folder)
+
+    def held_fds(self) -> set[int]:
+        """The fds this engine keeps open between runs: the spare child's pipe ends and the
+        files of the session folder made ahead. Both are replaced after every run."""
+        with self._lock:
+            launcher, makers = self._launcher, list(self._makers.values())
+        held = launcher.held_fds() if isinstance(launcher, ZygoteLauncher) else set()
+        for maker in makers:
+            held |= maker.held_fds()
+        return held
+
+    def _folder_maker(self, parent: Path) -> FolderMaker:
+        with self._lock:
+            maker = self._makers.get(parent)
+            if maker is None:
+                maker = self._makers[parent] = FolderMaker(parent)
+            return maker
 
     def close(self) -> None:
         self._closed = True
@@ -406,3 +441,6 @@ class CodeExec:
             if self._launcher is not None:
                 self._launcher.close()
                 self._launcher = None
+            makers, self._makers = list(self._makers.values()), {}
+        for maker in makers:
+            maker.close()  # a folder made ahead and never used goes

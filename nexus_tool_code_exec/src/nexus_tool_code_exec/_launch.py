@@ -41,7 +41,25 @@ class Child:
     _on_exit: Any = attrs.field(default=None, repr=False)
     #: CPU seconds the process used, once its exit is known (None where the launcher cannot tell)
     cpu_seconds: float | None = None
+    #: the bindings it has compiled already (None: none), so the start message can leave them out
+    bindings_key: str | None = None
+    #: called once its script has been sent (the zygote launcher then forks the next spare)
+    on_started: Any = attrs.field(default=None, repr=False)
+    #: a pidfd of the process, where it cannot have started others (seccomp refuses fork): then
+    #: `end` signals it directly instead of asking for a group kill
+    pidfd: int | None = None
     _closed: bool = False
+
+    def end(self) -> None:
+        """Make sure a child that said it finished is gone: it is exiting by itself already, so
+        without waiting, and, where only it can be left, without a message to the launcher."""
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                return
+            except OSError:
+                pass
+        self.kill()
 
     def kill(self) -> None:
         """Kill the child's whole process group (it may have started nothing, but if it did)."""
@@ -62,7 +80,9 @@ class Child:
         if self._closed:
             return
         self._closed = True
-        for fd in (self.rfd, self.wfd):
+        for fd in (self.rfd, self.wfd, self.pidfd):
+            if fd is None:
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -163,7 +183,10 @@ class _Deadlines:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, daemon=True, name="run_code-deadlines")
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][2] is dog:
+                # only a new earliest deadline changes how long the thread sleeps: waking it for
+                # every run would cost each run a thread wake-up (tens of us on a small VM)
+                self._cond.notify()
 
     def _loop(self) -> None:
         while True:
@@ -194,13 +217,14 @@ class Watchdog:
     def __init__(self, child: Child, seconds: float) -> None:
         self.fired = False
         self.cancelled = False
-        self._child = child
+        self._child: Child | None = child
         self._seconds = seconds
 
     def fire(self) -> None:
-        if not self.cancelled:
+        child = self._child
+        if not self.cancelled and child is not None:
             self.fired = True
-            self._child.kill()
+            child.kill()
 
     def start(self) -> Watchdog:
         _deadlines.add(time.monotonic() + self._seconds, self)
@@ -208,3 +232,4 @@ class Watchdog:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self._child = None  # it waits in the heap until its deadline: let the child go now

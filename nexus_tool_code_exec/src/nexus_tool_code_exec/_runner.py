@@ -8,6 +8,7 @@ at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -21,9 +22,10 @@ from typing import Any
 
 import attrs
 
-from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult, unstructure
+from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
 from ._launch import Child, Launcher, Watchdog
+from ._wait import HOST_PERMITS, PipeReader
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -38,6 +40,9 @@ _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
+#: how long the host polls for a script's first message before it sleeps: about what a trivial
+#: script takes, so that one is answered without a wake-up
+FIRST_SPIN = 0.0
 
 
 class _ThreadCache:
@@ -75,6 +80,64 @@ _readers = _ThreadCache()
 
 
 @attrs.define
+class _ReadState:
+    """The pipe being read, and what was read from it and not yet handled: passed from the
+    thread that starts reading to the one that goes on, at the first tool call."""
+
+    reader: PipeReader
+    buf: bytearray = attrs.field(factory=bytearray)
+    scanned: int = 0  # how much of buf is known to hold no newline
+    pending: tuple[dict[str, Any], int] | None = None  # the call that ended the first thread's turn
+
+
+#: runs going on in this process (guarded by _active_lock): placement only pays for a lone run
+_active = [0]
+_active_lock = threading.Lock()
+
+try:
+    _sched_getcpu: Callable[[], int] | None = ctypes.CDLL(None).sched_getcpu
+    _sched_getcpu.restype = ctypes.c_int  # type: ignore[union-attr]
+except (OSError, AttributeError):
+    _sched_getcpu = None
+
+
+def _place(child: Child) -> set[int] | None:
+    """For a lone run whose reader may spin: keep the reader thread on the CPU it is on and the
+    child on the others, for as long as the reader reads. Left to itself the scheduler tends to
+    put the child on the reader's CPU (a pipe write is a "sync" wake-up: the kernel expects the
+    writer to sleep next), and two spinning readers sharing one CPU each run at half speed.
+    Returns the reader's affinity to restore, or None where nothing was changed."""
+    if _sched_getcpu is None or not hasattr(os, "sched_setaffinity") or HOST_PERMITS.n < 1:
+        return None
+    with _active_lock:
+        if _active[0] != 1:
+            return None  # concurrent runs: pinning them would only get in the load balancer's way
+    try:
+        mine = os.sched_getaffinity(0)
+        cpu = _sched_getcpu()
+        others = os.sched_getaffinity(child.pid) - {cpu}
+        if cpu < 0 or cpu not in mine or not others:
+            return None
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        return None
+    try:
+        os.sched_setaffinity(child.pid, others)
+    except OSError:  # not allowed to, or already gone: leave both where the scheduler wants them
+        _unplace(mine)
+        return None
+    return mine
+
+
+def _unplace(saved: set[int] | None) -> None:
+    if saved is not None:
+        try:
+            os.sched_setaffinity(0, saved)
+        except OSError:
+            pass
+
+
+@attrs.define
 class Settings:
     timeout_seconds: float
     max_output_bytes: int
@@ -93,7 +156,13 @@ class Outcome:
     result: Any = None
     result_json: str | None = None
     error: str | None = None
-    calls: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
+    call_lines: list[str] = attrs.field(factory=list)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """The inner calls: id, name, arguments and result, as calls.jsonl has them."""
+        return [json.loads(line) for line in self.call_lines]
     duration: float = 0.0
 
 
@@ -146,6 +215,19 @@ class _Streamer:
         self._emit(CodeExecChunk(call_id=self._call_id, data=data, stream=stream, final=final))  # type: ignore[arg-type]
 
 
+#: calls.jsonl's encoder: UTF-8 as is, anything JSON has no type for as its str()
+_record_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
+def record_line(call_id: str, name: str, arguments: Any, result: ToolResult) -> str:
+    """One line of calls.jsonl (with its newline): the call and its whole result."""
+    return _record_encode({"id": call_id, "name": name, "arguments": arguments, "result": {
+        "id": result.id, "name": result.name, "output": result.output, "error": result.error,
+        "output_file": result.output_file, "output_structured": result.output_structured,
+        "error_kind": result.error_kind, "metadata": result.metadata, "is_error": result.error is not None,
+    }}) + "\n"
+
+
 class ProtocolError(Exception):
     """The child sent something that is not the protocol."""
 
@@ -164,13 +246,17 @@ class ScriptRun:
         self.settings = settings
         self.bound_tools = bound_tools
         self.streamer = _Streamer(emit_chunk, call_id, settings.max_output_bytes)
-        self.calls: list[dict[str, Any]] = []
+        #: the inner calls, as lines of calls.jsonl (`record_line`)
+        self.call_lines: list[str] = []
         self._calls_lock = threading.Lock()
         self._recorded = 0
         self._write_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._call_count = 0
         self._child: Child | None = None
+        self._messages = 0  # messages read from the child
+        self._lost_before_start = False
+        self._retried = False
         # "done" carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -192,14 +278,23 @@ class ScriptRun:
                                 error=f"unknown tool: {name!r}", error_kind="unknown_tool")
         else:
             result = self.nexus.invoke(call)
-        # the child needs these five; calls.jsonl keeps the whole result
-        self._send({"t": "result", "id": rid, "result": {
-            "output": result.output, "error": result.error, "error_kind": result.error_kind,
-            "output_file": result.output_file, "output_structured": result.output_structured}})
-        self._record(call, unstructure(result), size)
+        # the child needs these five (only those set are sent); calls.jsonl keeps the whole
+        # result, turned into JSON only when the run is over
+        reply: dict[str, Any] = {"output": result.output}
+        if result.error is not None:
+            reply["error"] = result.error
+            reply["error_kind"] = result.error_kind
+        if result.output_file is not None:
+            reply["output_file"] = result.output_file
+        if result.output_structured is not None:
+            reply["output_structured"] = result.output_structured
+        self._send({"t": "result", "id": rid, "result": reply})
+        # turned into its line of calls.jsonl now, while the child reads the answer: the end of
+        # the run then only joins the lines
+        self._record(call, result, size)
 
-    def _record(self, call: ToolCall, answer: dict[str, Any], size: int) -> None:
-        cost = size + len(answer.get("output") or "")
+    def _record(self, call: ToolCall, result: ToolResult, size: int) -> None:
+        cost = size + len(result.output)
         with self._calls_lock:
             keep = self._recorded + cost <= RECORD_BUDGET
             if keep:
@@ -208,9 +303,11 @@ class ScriptRun:
             if not keep:
                 note = f"not kept: this run's record budget of {RECORD_BUDGET} bytes is spent"
                 arguments = {"_omitted": f"{size} bytes of arguments {note}"}
-                answer = {**answer, "output": f"{len(answer.get('output') or '')} characters {note}",
-                          "output_structured": None}
-            self.calls.append({"id": call.id, "name": call.name, "arguments": arguments, "result": answer})
+                result = attrs.evolve(result, output=f"{len(result.output)} characters {note}",
+                                      output_structured=None)
+        line = record_line(call.id, call.name, arguments, result)
+        with self._calls_lock:
+            self.call_lines.append(line)
 
     def _refuse(self, msg: dict[str, Any], reason: str) -> None:
         self._send({"t": "result", "id": msg.get("id"),
@@ -253,7 +350,20 @@ class ScriptRun:
 
     # -- the run ----------------------------------------------------------------------------
 
-    def run(self, launcher: Launcher, start: dict[str, Any]) -> Outcome:
+    def run(self, launcher: Launcher, start: dict[str, Any], meanwhile: Callable[[], None] | None = None) -> Outcome:
+        """Run the script of `start` in a child of `launcher`. `meanwhile` is called once the
+        script is on its way, while the child starts it (this thread has nothing else to do)."""
+        outcome = self._run(launcher, start, meanwhile)
+        if self._lost_before_start:
+            # its child went down with the zygote that made it (a spare set to die with its
+            # parent, or one that found its parent gone while it set itself up) before the
+            # script could do anything: the launcher starts a new zygote, and the script gets a
+            # child of that one
+            self._lost_before_start = False
+            outcome = self._run(launcher, start, None)
+        return outcome
+
+    def _run(self, launcher: Launcher, start: dict[str, Any], meanwhile: Callable[[], None] | None) -> Outcome:
         began = time.monotonic()
         outcome = Outcome()
         try:
@@ -267,9 +377,9 @@ class ScriptRun:
         violation: str | None = None
         finished = threading.Event()
         box: list[tuple[dict[str, Any] | None, str | None]] = []
-        # the child's fds are released by whichever of this thread and the reader lets go last:
-        # a reader held up in a tool call must not read a closed fd whose number was reused
-        holders = [2]
+        # the child's fds are released by whichever of this thread and a reader thread lets go
+        # last: a reader held up in a tool call must not read a closed fd whose number was reused
+        holders = [1]
         holders_lock = threading.Lock()
 
         def release() -> None:
@@ -279,29 +389,61 @@ class ScriptRun:
             if last:
                 child.close()
 
-        def read() -> None:
+        # no spinning for the first message: the child has a script to start first, and a
+        # spinning reader could keep it off the CPU the scheduler put it on
+        state = _ReadState(PipeReader(child.rfd, permits=HOST_PERMITS, eager=False))
+
+        def read_on() -> None:
+            placed = _place(child)
+            if placed is not None:
+                state.reader.expect()  # on CPUs of their own: answers and calls come quickly
             try:
-                box.append(self._read_loop(child))
+                box.append(self._read_loop(child, state, hand_off=False))
             except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
                 log.exception("run_code: reading the script's process of %s failed", self.call_id)
                 box.append((None, f"the host failed reading it: {type(exc).__name__}"))
             finally:
+                _unplace(placed)
                 finished.set()
                 release()
 
+        with _active_lock:
+            _active[0] += 1
+        if child.bindings_key is not None and child.bindings_key == start.get("bindings_key"):
+            start = {k: v for k, v in start.items() if k != "bindings"}  # it has them compiled
         try:
             self._send({"t": "start", **start})
-            _readers.submit(read)
-            # the watchdog kills the child at the deadline and the reader then sees its pipe
-            # close; only a reader stuck in a hung tool call needs the grace to run out
-            if finished.wait(self.settings.timeout_seconds + DEADLINE_GRACE) and box:
-                final, violation = box[0]
+            if meanwhile is not None:
+                meanwhile()
+            if child.on_started is not None:  # after `meanwhile`: see ZygoteLauncher._taken
+                child.on_started()
+            if FIRST_SPIN: state.reader.expect(FIRST_SPIN)
+            # This thread reads until the script ends or makes its first tool call (a trivial
+            # script, or one that only prints, costs no thread hop). Tool calls are answered by
+            # a reader thread, which takes over the pipe here: this thread then waits for it
+            # with the deadline, so a tool call that hangs cannot hold run_code past it. (The
+            # watchdog kills the child at the deadline; a read here then ends at once.)
+            try:
+                ended = self._read_loop(child, state, hand_off=True)
+            except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
+                log.exception("run_code: reading the script's process of %s failed", self.call_id)
+                ended = (None, f"the host failed reading it: {type(exc).__name__}")
+            if ended is not None:
+                final, violation = ended
+            else:
+                with holders_lock:
+                    holders[0] += 1
+                _readers.submit(read_on)
+                wait = self.settings.timeout_seconds + DEADLINE_GRACE - (time.monotonic() - began)
+                if finished.wait(max(wait, 0.0)) and box:
+                    final, violation = box[0]
         finally:
+            with _active_lock:
+                _active[0] -= 1
             watchdog.cancel()
             status: int | None = None
             if final is not None and final.get("t") == "done" and not violation:
-                # it finished: it is exiting by itself; make sure of it without waiting
-                child.kill()
+                child.end()  # it finished: it is exiting by itself; make sure of it without waiting
             else:
                 child.kill()
                 status = child.wait(timeout=2.0)
@@ -318,7 +460,7 @@ class ScriptRun:
         outcome.stdout = "".join(self.streamer.parts)
         outcome.stdout_truncated = self.streamer.truncated or bool(final and final.get("truncated"))
         with self._calls_lock:
-            outcome.calls = list(self.calls)
+            outcome.call_lines = list(self.call_lines)
         if watchdog.fired:
             outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
         elif violation:
@@ -338,27 +480,37 @@ class ScriptRun:
                     outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
         else:
             outcome.error = self._error_message(final)
+        # nothing from the child but (maybe) its sandbox's error: the script never started
+        never_started = not watchdog.fired and not violation and (
+            (final is None and self._messages == 0)
+            or (final is not None and final.get("kind") == "sandbox" and self._messages == 1))
+        lost = getattr(launcher, "lost", None)
+        self._lost_before_start = never_started and not self._retried and lost is not None and lost()
+        self._retried = True
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome
 
-    def _read_loop(self, child: Child) -> tuple[dict[str, Any] | None, str | None]:
+    def _read_loop(self, child: Child, state: _ReadState,
+                   hand_off: bool) -> tuple[dict[str, Any] | None, str | None] | None:
+        """Handle the child's messages until the end: the final message, or a protocol violation.
+        With `hand_off`, stop instead at the first tool call and return None: the call is left
+        in `state` for the thread that goes on reading."""
         # Each byte is searched for a newline once and copied out once: rescanning and
         # re-slicing the whole buffer per read or per line made an over-long line (or a burst
         # of small messages) quadratic, which let a child keep the host busy for seconds.
-        buf = bytearray()
-        scanned = 0  # how much of buf is known to hold no newline
-        while True:
+        buf = state.buf
+        if state.pending is not None:
+            msg, size = state.pending
+            state.pending = None
             try:
-                chunk = os.read(child.rfd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                return None, None
-            buf += chunk
+                self._dispatch_call(msg, size)
+            except ProtocolError as exc:
+                return None, str(exc)
+        while True:
             start = 0
             while True:
-                nl = buf.find(b"\n", max(scanned, start))
+                nl = buf.find(b"\n", max(state.scanned, start))
                 if nl < 0:
                     break
                 line = buf[start:nl]
@@ -369,6 +521,7 @@ class ScriptRun:
                     return None, "a line that is not JSON"
                 if not isinstance(msg, dict):
                     return None, "a message that is not an object"
+                self._messages += 1
                 kind = msg.get("t")
                 try:
                     if kind == "out":
@@ -376,6 +529,11 @@ class ScriptRun:
                         if msg.get("truncated") is True:
                             self.streamer.truncated = True
                     elif kind == "call":
+                        if hand_off:
+                            del buf[:start]
+                            state.scanned = 0
+                            state.pending = (msg, len(line))
+                            return None
                         self._dispatch_call(msg, len(line))
                     elif kind in ("done", "error"):
                         return msg, None
@@ -385,9 +543,16 @@ class ScriptRun:
                     return None, str(exc)
             if start:
                 del buf[:start]
-            scanned = len(buf)
-            if scanned > self.max_message:
+            state.scanned = len(buf)
+            if state.scanned > self.max_message:
                 return None, "a message longer than the limit"
+            try:
+                chunk = state.reader.read()
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return None, None
+            buf += chunk
 
     def _error_message(self, final: dict[str, Any]) -> str:
         kind, message = final.get("kind"), str(final.get("message", ""))

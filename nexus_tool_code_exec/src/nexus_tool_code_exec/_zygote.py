@@ -2,19 +2,31 @@
 
 Host and zygote talk over a Unix socket pair (JSON lines, plus file descriptors passed with
 SCM_RIGHTS). The zygote keeps one child forked ahead of time: with its own scratch folder and two
-pipes, already isolated (sandbox.enter), waiting for a script. A `fork` request hands that child's
-pipe ends to the host (then the zygote forks the next one), and the host speaks the run_code
-protocol with the child directly, exactly as with a spawned child. So a run does not wait for a
-fork or for the sandbox to be set up. The zygote stays single-threaded (forking from a threaded
-process is unsafe, and a user namespace can only be entered by a single-threaded process); it
-reaps its children and reports how each ended.
+pipes, already isolated (sandbox.enter), waiting for a script. It hands that spare's pipe ends to
+the host as soon as it has forked it, so a run takes a child without asking the zygote anything:
+it does not wait for a fork, for the sandbox to be set up, or for a message to go round. The host
+speaks the run_code protocol with the child directly, exactly as with a spawned child. The zygote
+stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
+be entered by a single-threaded process); it reaps its children and reports how each ended.
 
-host -> zygote: {"t": "fork", "req": n}                  a child for the next script
+The host tells the zygote when a script has taken the spare ("taken", sent once the script is on
+its way, so the wake-up it costs overlaps the child's work), and the zygote forks the next one.
+As root, that fork and the spare's own set-up run under SCHED_IDLE: they only get CPU time nobody
+else wants, and a run's process that wakes up preempts them at once. (The zygote is started in
+the host's session, so in its scheduler autogroup, where a policy counts against the host's own
+threads. At a normal priority, or niced in a session of its own, a refill running next to a run
+delayed the run's wake-ups by up to a millisecond on a 2-vCPU VM.) The host lifts SCHED_IDLE off
+the spare it gives a script. A run that finds no spare waits for the one being forked, or, when
+none is (runs at the same time as another), asks for a fork.
+
+zygote -> host: {"t": "ready", "pid": p}
+                {"t": "spare", "pid": p, "scratch": dir, "key": k, "idle": b}  + fds [host reads, host writes]
+                {"t": "forked", "req": n, "pid": p, "scratch": dir}  + fds   (the answer to "fork")
+                {"t": "exit", "pid": p, "status": s, "cpu": seconds}   (s as subprocess reports it)
+host -> zygote: {"t": "taken", "pid": p}                 a script took the spare: fork the next
+                {"t": "fork", "req": n}                  no spare at hand: a child now
                 {"t": "kill", "pid": p}                  kill that child's process group
                 {"t": "preload", "key": k, "bindings": src}   compile `tools` once, ahead
-zygote -> host: {"t": "ready", "pid": p}
-                {"t": "forked", "req": n, "pid": p, "scratch": dir}  + fds [host reads, host writes]
-                {"t": "exit", "pid": p, "status": s}     (s as subprocess reports it)
 """
 
 from __future__ import annotations
@@ -35,10 +47,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import attrs
+
 from ._launch import CHILD_ENV, Child
 
-#: the niceness a spare child isolates itself at, until it is handed a script
-SPARE_NICENESS = 19
 
 
 # -- the zygote process -----------------------------------------------------------------------
@@ -88,15 +100,10 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 class _Spare:
-    """A child forked ahead of time: isolated, waiting on its pipe for a script."""
+    """A child just forked: it isolates itself, then waits on its pipe for a script."""
 
     def __init__(self, pid: int, scratch: str, host_read: int, host_write: int) -> None:
         self.pid, self.scratch, self.host_read, self.host_write = pid, scratch, host_read, host_write
-
-    def discard(self) -> None:
-        for fd in (self.host_read, self.host_write):
-            os.close(fd)  # the child sees EOF and exits; it is reaped like any other
-        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratch_root: str) -> None:
@@ -111,7 +118,6 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: set[int] = set()
     preloaded: dict[str, Any] = {}
-    spare: _Spare | None = None
 
     def send(msg: dict[str, Any], fds: list[int] | None = None) -> None:
         data = (json.dumps(msg) + "\n").encode()
@@ -140,8 +146,6 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            if can_renice:  # set up while nobody waits for it, without taking CPU from a run
-                os.setpriority(os.PRIO_PROCESS, 0, SPARE_NICENESS)
             _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
             _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
                               preloaded)
@@ -150,13 +154,34 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         children.add(pid)
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
-    # only a privileged zygote can give a child back the priority it lowered
-    base_priority = os.getpriority(os.PRIO_PROCESS, 0)
-    can_renice = os.geteuid() == 0
-    if can_renice:  # its forks happen while a run goes on: let the run have the CPU
-        os.setpriority(os.PRIO_PROCESS, 0, SPARE_NICENESS)
+    key = ""  # of the bindings preloaded (spares forked since have them compiled)
+    spare = 0  # the pid of the spare the host holds (or has given a script)
+    # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be able
+    # to lift it off the spare it gives a script), so that this work only gets CPU time nobody
+    # else wants; the zygote itself stays at the host's priority for everything else (a kill
+    # the watchdog asks for must not wait for an idle CPU).
+    idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
+
+    def push_spare() -> None:
+        """Fork the next spare and hand its pipe ends to the host, which keeps them until a
+        script needs a child (the zygote keeps nothing of it but its pid)."""
+        nonlocal spare
+        if idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            try:
+                child = fork_child()  # the child keeps SCHED_IDLE while it sets itself up
+            finally:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        else:
+            child = fork_child()
+        spare = child.pid
+        send({"t": "spare", "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
+             [child.host_read, child.host_write])
+        os.close(child.host_read)
+        os.close(child.host_write)
+
     send({"t": "ready", "pid": os.getpid()})
-    spare = fork_child()
+    push_spare()
     buf = b""
     while True:
         readable, _, _ = select.select([ctrl, wake_r], [], [])
@@ -166,6 +191,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             except BlockingIOError:
                 pass
             reap()
+            if spare not in children:  # it ended (its run is over, or it died unused)
+                push_spare()
         if ctrl not in readable:
             continue
         try:
@@ -179,31 +206,27 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             line, _, buf = buf.partition(b"\n")
             msg = json.loads(line)
             kind = msg.get("t")
-            if kind == "fork":
-                child = spare or fork_child()
-                spare = None
-                if can_renice:  # a script waits for it now: back to the host's priority
-                    try:
-                        os.setpriority(os.PRIO_PROCESS, child.pid, base_priority)
-                    except OSError:
-                        pass
+            if kind == "taken":  # the host gave its spare to a script: the next one now
+                if int(msg["pid"]) == spare:
+                    push_spare()
+            elif kind == "fork":  # the host has no spare at hand (concurrent runs)
+                child = fork_child()
                 send({"t": "forked", "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
                      [child.host_read, child.host_write])
                 os.close(child.host_read)
                 os.close(child.host_write)
-                spare = fork_child()  # the next script's child, while this one runs
             elif kind == "preload":
                 try:
                     preloaded.clear()
                     preloaded[msg["key"]] = tools = _child.compile_bindings(msg["bindings"])
                     _child.warm_bindings(tools)
+                    key = str(msg["key"])
                     gc.collect()
                     gc.freeze()
                 except Exception:  # a child will compile it itself and report the error
                     preloaded.clear()
-                if spare is not None:  # it was forked with the old bindings
-                    spare.discard()
-                spare = fork_child()
+                    key = ""
+                push_spare()  # one with these bindings; the host drops the one it held
             elif kind == "kill":
                 pid = int(msg["pid"])
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
@@ -212,8 +235,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                             target()
                         except (ProcessLookupError, PermissionError):
                             pass
-    if spare is not None:
-        spare.discard()
+                if pid == spare:  # its run is over: the next spare now
+                    push_spare()
     for pid in list(children):
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -251,6 +274,50 @@ def _child_after_fork(rfd: int, wfd: int, policy: dict[str, Any], preloaded: dic
 
 # -- the host side ------------------------------------------------------------------------------
 
+#: how long a launch waits for the spare the zygote is forking before it asks for a fork itself
+SPARE_WAIT = 0.25
+
+
+def _pidfd_of(pid: int, pipe_end: int) -> int | None:
+    """A pidfd of our child `pid`, or None. A pid names our child only while the zygote has not
+    reaped it: after opening, the child's end of its pipe still being open (no POLLHUP on ours)
+    proves it was alive, so the pidfd is of it and not of a process that reused the pid."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    poller = select.poll()
+    poller.register(pipe_end, select.POLLIN)
+    if any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0)):
+        os.close(fd)
+        return None
+    return fd
+
+
+@attrs.define(eq=False)
+class _HeldSpare:
+    """The host's hold on the zygote's spare child: its pipe ends, until a script takes it."""
+
+    pid: int
+    scratch: str
+    host_read: int
+    host_write: int
+    key: str  # the bindings it has compiled
+    idle: bool  # it runs under SCHED_IDLE, like the zygote, until the host lifts that
+    exit_future: Future[tuple[int, float | None]]
+
+    def drop(self) -> None:
+        """Let it go unused: it reads EOF and exits, the zygote reaps it; its scratch folder
+        (below the zygote's scratch root) goes with the root."""
+        for fd in (self.host_read, self.host_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
 
 class ZygoteError(Exception):
     """The zygote could not be started or stopped answering."""
@@ -272,6 +339,9 @@ class ZygoteLauncher:
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[int]] = {}
         self._exits: dict[int, Future[tuple[int, float | None]]] = {}
+        self._spare: _HeldSpare | None = None  # the child the zygote forked ahead, for the next run
+        self._spare_came = threading.Condition(self._lock)
+        self._coming = 0  # spares the zygote is forking (one for each spare taken)
         self._req = 0
         self._preloaded_key: str | None = None
         self._scratch_root: str | None = None
@@ -299,7 +369,7 @@ class ZygoteLauncher:
                      json.dumps(self.allowed), json.dumps(self.policy), self._scratch_root],
                     pass_fds=(zygote_end.fileno(),),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True, env=CHILD_ENV, close_fds=True,
+                    process_group=0, env=CHILD_ENV, close_fds=True,
                 )
             finally:
                 zygote_end.close()
@@ -346,7 +416,23 @@ class ZygoteLauncher:
                 line, _, buf = buf.partition(b"\n")
                 msg = json.loads(line)
                 kind = msg.get("t")
-                if kind == "forked":
+                if kind == "spare":
+                    got = fds_queue.pop(0) if fds_queue else []
+                    if len(got) != 2:
+                        for fd in got:
+                            os.close(fd)
+                        continue
+                    pid = int(msg["pid"])
+                    spare = _HeldSpare(pid, str(msg["scratch"]), got[0], got[1], str(msg.get("key") or ""),
+                                       bool(msg.get("idle")), Future())
+                    with self._lock:
+                        self._exits[pid] = spare.exit_future
+                        old, self._spare = self._spare, spare  # a newer one (new bindings) wins
+                        self._coming = max(0, self._coming - 1)
+                        self._spare_came.notify_all()
+                    if old is not None:
+                        old.drop()
+                elif kind == "forked":
                     got = fds_queue.pop(0) if fds_queue else []
                     fut = self._pending.pop(msg.get("req"), None)
                     if fut is None or len(got) != 2:
@@ -362,8 +448,13 @@ class ZygoteLauncher:
                         self._exits[pid] = exit_future
                     fut.set_result((pid, str(msg["scratch"]), got[0], got[1], exit_future))
                 elif kind == "exit":
-                    with self._lock:  # a spare that was never handed out has no record
+                    with self._lock:
                         done = self._exits.pop(int(msg["pid"]), None)
+                        dead = self._spare if self._spare is not None and self._spare.pid == int(msg["pid"]) else None
+                        if dead is not None:  # the spare died before a script took it
+                            self._spare = None
+                    if dead is not None:
+                        dead.drop()
                     if done is not None and not done.done():
                         done.set_result((int(msg["status"]), msg.get("cpu")))
         except Exception:  # noqa: BLE001 - whatever broke the channel, the zygote is unusable
@@ -378,6 +469,12 @@ class ZygoteLauncher:
                 if not fut.done():
                     fut.set_result((-signal.SIGKILL, None))
             self._exits.clear()
+            spare, self._spare = self._spare, None
+            self._coming = 0
+            self._spare_came.notify_all()  # none is coming: a waiting launch asks for a fork
+        if spare is not None:
+            spare.drop()
+        with self._lock:
             if self._sock is sock:
                 self._sock = None  # the next launch starts a new zygote
                 sock.close()
@@ -405,21 +502,77 @@ class ZygoteLauncher:
                 self._stop_locked()
             return self._launch()
 
+    def lost(self) -> bool:
+        """Whether the zygote is gone (and with it every child it made that was still waiting)."""
+        with self._lock:
+            proc, sock = self._proc, self._sock
+        return sock is None or proc is None or proc.poll() is not None
+
+    def held_fds(self) -> set[int]:
+        """The fds of the spare the host holds (its two pipe ends; none while it holds none).
+        They are the only fds the launcher keeps between runs, and they change with every run."""
+        with self._lock:
+            spare = self._spare
+            return set() if spare is None else {spare.host_read, spare.host_write}
+
+    def _take(self, sock: socket.socket) -> Child | None:
+        """The spare, if the host holds one or the zygote is about to send one (it forks the
+        next once a script has taken the last: back to back, the next run waits for that one
+        rather than ask for a second fork). None: ask for a fork."""
+        with self._lock:
+            if self._spare is None and self._coming > 0:
+                self._spare_came.wait_for(lambda: self._spare is not None or self._coming == 0,
+                                          timeout=SPARE_WAIT)
+            spare, self._spare = self._spare, None
+            if spare is None:
+                self._coming = 0  # it did not come: do not wait for it again
+                return None
+        if spare.idle:  # a script waits for it now: no longer only the CPU nobody wants
+            try:
+                os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+        child = self._child(sock, spare.pid, spare.scratch, spare.host_read, spare.host_write,
+                            spare.exit_future, spare.key)
+        child.on_started = lambda: self._taken(sock, spare.pid)
+        if "seccomp" in self.policy.get("layers", ()):
+            child.pidfd = _pidfd_of(spare.pid, spare.host_read)
+        return child
+
+    def _taken(self, sock: socket.socket, pid: int) -> None:
+        """Tell the zygote to fork the next spare. Sent once the script is on its way, so that
+        the wake-up it costs comes while the child works rather than before."""
+        with self._lock:
+            self._coming += 1
+        try:
+            self._send(sock, {"t": "taken", "pid": pid})
+        except OSError:
+            pass
+
     def _launch(self) -> Child:
         sock = self._ensure()
+        taken = self._take(sock)
+        if taken is not None:
+            return taken
         fut: Future[tuple[int, str, int, int, Future[tuple[int, float | None]]]] = Future()
         with self._lock:
             self._req += 1
             req = self._req
             self._pending[req] = fut
         try:
-            self._send(sock, {"t": "fork", "req": req})
+            try:
+                self._send(sock, {"t": "fork", "req": req})
+            except OSError as exc:  # it died since _ensure looked
+                raise ZygoteError(f"the zygote is gone ({exc.strerror})") from None
             pid, scratch, rfd, wfd, exit_future = fut.result(timeout=30)
         except Exception:
             with self._lock:
                 self._pending.pop(req, None)
             raise
+        return self._child(sock, pid, scratch, rfd, wfd, exit_future, None)
 
+    def _child(self, sock: socket.socket, pid: int, scratch: str, rfd: int, wfd: int,
+               exit_future: Future[tuple[int, float | None]], key: str | None) -> Child:
         def wait(timeout: float) -> int | None:
             try:
                 status, cpu = exit_future.result(timeout=timeout)
@@ -432,7 +585,7 @@ class ZygoteLauncher:
             exit_future.add_done_callback(lambda _: callback())
 
         child = Child(pid, rfd, wfd, scratch=scratch, waiter=wait, killer=lambda: self._kill(sock, pid),
-                      on_exit=on_exit)
+                      on_exit=on_exit, bindings_key=key)
         return child
 
     def _kill(self, sock: socket.socket, pid: int) -> None:
@@ -442,6 +595,9 @@ class ZygoteLauncher:
             pass
 
     def _stop_locked(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.drop()
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
