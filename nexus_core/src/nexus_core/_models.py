@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -34,19 +35,28 @@ class _CallIds:
     tens of microseconds apart."""
 
     def __init__(self) -> None:
+        self._wrap = threading.Lock()
         self._reseed()
-        os.register_at_fork(after_in_child=self._reseed)
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._wrap = threading.Lock()
+        self._reseed()
 
     def _reseed(self) -> None:
-        self._prefix = "call_" + os.urandom(8).hex()
-        self._counter = itertools.count()  # next() on it is atomic under the GIL
+        # one object: a thread never pairs one prefix with another prefix's counter
+        self._state = ("call_" + os.urandom(8).hex(), itertools.count())  # next() is atomic under the GIL
 
     def __call__(self) -> str:
-        n = next(self._counter)
+        prefix, counter = self._state
+        n = next(counter)
         if n > 0xFFFFFFFF:
-            self._reseed()
-            n = next(self._counter)
-        return f"{self._prefix}{n:08x}"
+            with self._wrap:
+                if self._state[1] is counter:  # the first thread to get here draws the new prefix
+                    self._reseed()
+            prefix, counter = self._state
+            n = next(counter)
+        return f"{prefix}{n:08x}"
 
 
 new_call_id: Callable[[], str] = _CallIds()
