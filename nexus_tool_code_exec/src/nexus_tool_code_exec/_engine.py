@@ -56,7 +56,7 @@ def _layer_statuses() -> dict[str, Any]:
         from . import sandbox
     except ImportError as exc:
         return {name: _Unavailable(name, f"the sandbox module is missing ({exc})") for name in LAYERS}
-    statuses = dict(sandbox.probe())
+    statuses: dict[str, Any] = dict(sandbox.probe())
     for name in os.environ.get(ENV_DISABLE_LAYERS, "").split(","):
         if name.strip() in statuses:
             statuses[name.strip()] = _Unavailable(name.strip(), f"disabled by {ENV_DISABLE_LAYERS}")
@@ -182,7 +182,7 @@ class CodeExec:
     def skill_helpers(self) -> dict[str, list[tuple[str, str]]]:
         """`{module name: [(file name, source), ...]}` for the active skills' .py files."""
         try:
-            from nexus_core.skills import active_skills  # type: ignore[attr-defined]
+            from nexus_core.skills import active_skills
         except ImportError:
             return {}
         helpers: dict[str, list[tuple[str, str]]] = {}
@@ -410,6 +410,9 @@ class CodeExec:
             folder.mkdir(parents=True, exist_ok=True)
             write_text(folder / "script.py", script)
             write_text(folder / "stdout.txt", outcome.stdout)
+            stale = folder / ("error.txt" if outcome.error is None else "result.json")
+            if stale.exists():  # an earlier run of this call id: only this run's outcome stays
+                stale.unlink()
             if outcome.error is None:
                 write_text(folder / "result.json", outcome.result_json or "null")
             else:

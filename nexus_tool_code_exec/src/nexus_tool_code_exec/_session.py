@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("nexus_tool_code_exec")
@@ -71,11 +72,16 @@ class _Folder:
         self.fds.clear()
 
 
+#: a `.pending-*` folder older than this was left by a process that died: removed when found
+STALE_SECONDS = 3600.0
+
+
 class FolderMaker:
     """Makes one session folder ahead, on a helper thread, for the next run to rename."""
 
     def __init__(self, parent: Path) -> None:
         self.parent = parent
+        self._swept = False
         self._lock = threading.Lock()
         self._wanted = threading.Event()
         self._ready: _Folder | None = None
@@ -109,6 +115,22 @@ class FolderMaker:
                 self._thread.start()
         self._wanted.set()
 
+    def _sweep(self) -> None:
+        """Remove the folders made ahead by processes that died before they could (a folder is
+        renamed or removed within a run's time by a live one, so an hour-old one is not)."""
+        try:
+            entries = list(os.scandir(self.parent))
+        except OSError:
+            return
+        now = time.time()
+        for entry in entries:
+            try:
+                if (entry.name.startswith(PENDING_PREFIX) and entry.is_dir(follow_symlinks=False)
+                        and now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                continue
+
     def _work(self) -> None:
         while True:
             self._wanted.wait()
@@ -118,6 +140,9 @@ class FolderMaker:
                     return
                 if self._ready is not None:
                     continue
+            if not self._swept:
+                self._swept = True
+                self._sweep()
             try:
                 folder = _Folder.make(self.parent / (PENDING_PREFIX + os.urandom(6).hex()), exist_ok=False)
             except OSError:
@@ -142,6 +167,13 @@ class FolderMaker:
             _discard(ready)
 
 
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _discard(folder: _Folder) -> None:
     folder.close()
     shutil.rmtree(folder.path, ignore_errors=True)
@@ -155,6 +187,7 @@ class SessionFiles:
         self.path = path
         self._maker = maker
         self._folder: _Folder | None = None
+        self._reused = False  # the folder existed (a call id seen before): clear the old outcome
 
     def open(self, script: str) -> None:
         ahead = self._maker.take() if self._maker is not None else None
@@ -167,6 +200,7 @@ class SessionFiles:
                 except OSError:
                     pass
             if self._folder is None:
+                self._reused = self.path.exists()
                 self._folder = _Folder.make(self.path, exist_ok=True)
             write_fd(self._folder.fds["script.py"], script)
         except OSError:
@@ -189,6 +223,8 @@ class SessionFiles:
             write_fd(folder.fds["stdout.txt"], stdout)
             if error is None:
                 write_fd(folder.fds["result.json"], result_json or "null")
+                if self._reused:  # an earlier run's failure must not sit next to this result
+                    _remove(folder.path / "error.txt")
             else:
                 os.close(folder.fds.pop("result.json"))
                 os.unlink(folder.path / "result.json")

@@ -1,0 +1,280 @@
+"""_wait: `PipeReader` (read a pipe, spinning briefly before blocking, adaptively and within
+`SpinPermits`), and the host's defaults `SPIN_SECONDS` and `HOST_PERMITS`.
+
+Real pipes and real threads. Whether a read spun is told by structure where possible (the
+reader's `_spin_ok` flag after the read) and otherwise by the CPU time the reading thread spent
+(`time.thread_time()`): a blocking read burns almost none of its wait, a spinning one nearly all
+of it. The margins are wide, for a noisy 2-vCPU VM.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nexus_tool_code_exec._wait import HOST_PERMITS, SPIN_SECONDS, PipeReader, SpinPermits
+
+
+class Pipe:
+    """An os.pipe() whose ends are closed once, by the test or at teardown."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        self._open = [self.r, self.w]
+        self._threads: list[threading.Thread] = []
+
+    def close_write(self) -> None:
+        self._open.remove(self.w)
+        os.close(self.w)
+
+    def later(self, delay: float, action: Callable[[], object]) -> None:
+        """Run `action` on another thread after `delay` seconds."""
+        def go() -> None:
+            time.sleep(delay)
+            action()
+        thread = threading.Thread(target=go, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def write_later(self, delay: float, data: bytes) -> None:
+        self.later(delay, lambda: os.write(self.w, data))
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for fd in self._open:
+            os.close(fd)
+        self._open.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_fd_leaks() -> Iterator[None]:
+    before = sorted(os.listdir("/proc/self/fd"))
+    yield
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.fixture
+def pipe() -> Iterator[Pipe]:
+    p = Pipe()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def timed_read(reader: PipeReader, size: int = 1 << 16) -> tuple[bytes, float, float]:
+    """(data, wall seconds, CPU seconds of this thread) of one read."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    data = reader.read(size)
+    return data, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def assert_blocked(wall: float, cpu: float) -> None:
+    """A read that waited `wall` seconds without spinning: little of it on the CPU."""
+    assert cpu < max(wall / 2, 0.005), f"burned {cpu * 1000:.1f} ms of CPU in a {wall * 1000:.1f} ms wait"
+
+
+def assert_spun(wall: float, cpu: float) -> None:
+    """A read that spent its wait polling: a good part of it on the CPU (preemption aside)."""
+    assert cpu > wall / 5, f"burned only {cpu * 1000:.1f} ms of CPU in a {wall * 1000:.1f} ms wait"
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def test_the_constructor_makes_the_fd_non_blocking(pipe: Pipe) -> None:
+    assert os.get_blocking(pipe.r)
+    reader = PipeReader(pipe.r)
+    assert not os.get_blocking(pipe.r)
+    assert reader.fd == pipe.r
+
+
+def test_the_default_spin_is_spin_seconds(pipe: Pipe) -> None:
+    assert 0 < SPIN_SECONDS < 0.01
+    assert PipeReader(pipe.r).spin == SPIN_SECONDS
+
+
+def test_read_returns_data_written_before_the_call(pipe: Pipe) -> None:
+    os.write(pipe.w, b"hello")
+    assert PipeReader(pipe.r).read() == b"hello"
+
+
+def test_read_returns_at_most_size_bytes(pipe: Pipe) -> None:
+    os.write(pipe.w, b"0123456789")
+    reader = PipeReader(pipe.r)
+    assert reader.read(4) == b"0123"
+    assert reader.read() == b"456789"
+
+
+def test_read_waits_for_data_written_later_by_another_thread(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r)
+    pipe.write_later(0.02, b"late")
+    data, wall, _ = timed_read(reader)
+    assert data == b"late"
+    assert wall >= 0.01  # it did wait for the write
+
+
+def test_read_returns_empty_at_end_of_file(pipe: Pipe) -> None:
+    os.write(pipe.w, b"last")
+    pipe.close_write()
+    reader = PipeReader(pipe.r)
+    assert reader.read() == b"last"
+    assert reader.read() == b""
+    assert reader.read() == b""
+
+
+def test_read_returns_empty_when_end_of_file_comes_while_it_is_blocked(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r)
+    pipe.later(0.02, pipe.close_write)
+    data, wall, _ = timed_read(reader)
+    assert data == b""
+    assert wall >= 0.01
+
+
+# -- when to spin ---------------------------------------------------------------------------
+
+
+def test_an_eager_reader_is_ready_to_spin_and_a_lazy_one_is_not(pipe: Pipe) -> None:
+    assert PipeReader(pipe.r)._spin_ok
+    assert not PipeReader(pipe.r, eager=False)._spin_ok
+    assert not PipeReader(pipe.r, spin=0)._spin_ok  # spin 0: never
+
+
+def test_a_lazy_reader_does_not_spin_on_its_first_read(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0.2, eager=False)
+    pipe.write_later(0.03, b"x")
+    data, wall, cpu = timed_read(reader)
+    assert data == b"x"
+    assert_blocked(wall, cpu)
+    assert reader._spin_ok  # the wait was shorter than a spin: the next read may spin
+
+
+def test_a_read_of_data_already_there_leaves_the_spin_flag_alone(pipe: Pipe) -> None:
+    lazy, eager = PipeReader(pipe.r, spin=0.05, eager=False), PipeReader(pipe.r, spin=0.05)
+    os.write(pipe.w, b"ab")
+    assert lazy.read(1) == b"a" and not lazy._spin_ok
+    assert eager.read(1) == b"b" and eager._spin_ok
+
+
+def test_a_reader_spins_while_it_pays_and_blocks_once_a_spin_runs_out(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0.05)
+
+    pipe.write_later(0.005, b"soon")  # within the spin
+    data, wall, cpu = timed_read(reader)
+    assert data == b"soon"
+    assert reader._spin_ok
+    assert_spun(wall, cpu)
+
+    pipe.write_later(0.15, b"late")  # the spin runs out, then the blocking wait is longer than a spin
+    assert reader.read() == b"late"
+    assert not reader._spin_ok
+
+    pipe.write_later(0.005, b"soon again")  # blocks at once; the wait turns out shorter than a spin
+    data, wall, cpu = timed_read(reader)
+    assert data == b"soon again"
+    assert_blocked(wall, cpu)
+    assert reader._spin_ok
+
+
+def test_expect_turns_spinning_back_on(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0.05, eager=False)
+    reader.expect()
+    assert reader._spin_ok
+    pipe.write_later(0.02, b"x")
+    data, wall, cpu = timed_read(reader)
+    assert data == b"x"
+    assert_spun(wall, cpu)
+    assert reader._spin_ok
+
+
+def test_expect_with_a_window_spins_that_long_once(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0.001, eager=False)
+    reader.expect(0.2)
+    pipe.write_later(0.05, b"x")
+    data, wall, cpu = timed_read(reader)
+    assert data == b"x"
+    assert reader._spin_ok  # caught by the spin: a 1 ms spin, then a ~50 ms block, would have cleared it
+    assert_spun(wall, cpu)
+
+    pipe.write_later(0.03, b"y")  # the next spin is 1 ms again: it runs out, and the wait is long
+    data, wall, cpu = timed_read(reader)
+    assert data == b"y"
+    assert not reader._spin_ok
+    assert cpu < wall / 2
+
+
+def test_expect_does_nothing_for_a_reader_that_never_spins(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0)
+    reader.expect(0.2)
+    assert not reader._spin_ok
+    pipe.write_later(0.01, b"x")
+    data, wall, cpu = timed_read(reader)
+    assert data == b"x"
+    assert_blocked(wall, cpu)
+    assert not reader._spin_ok  # a short wait does not turn spinning on either
+
+
+# -- permits --------------------------------------------------------------------------------
+
+
+def test_no_permits_are_ever_granted_by_spin_permits_0() -> None:
+    permits = SpinPermits(0)
+    assert permits.n == 0
+    assert not permits.acquire()
+    permits.release()  # harmless
+    assert not permits.acquire()
+
+
+def test_one_permit_is_granted_once_until_released() -> None:
+    permits = SpinPermits(1)
+    assert permits.n == 1
+    assert permits.acquire()
+    assert not permits.acquire()
+    permits.release()
+    assert permits.acquire()
+    assert not permits.acquire()
+    permits.release()
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_a_reader_without_a_permit_blocks_instead_of_spinning(pipe: Pipe, n: int) -> None:
+    permits = SpinPermits(n)
+    if n:
+        assert permits.acquire()  # taken by someone else
+    try:
+        reader = PipeReader(pipe.r, spin=0.05, permits=permits)
+        pipe.write_later(0.02, b"x")
+        data, wall, cpu = timed_read(reader)
+        assert data == b"x"
+        assert_blocked(wall, cpu)
+        assert reader._spin_ok  # unchanged: the wait was shorter than a spin
+    finally:
+        if n:
+            permits.release()
+
+
+def test_a_spinning_reader_gives_its_permit_back(pipe: Pipe) -> None:
+    permits = SpinPermits(1)
+    reader = PipeReader(pipe.r, spin=0.05, permits=permits)
+    pipe.write_later(0.005, b"x")  # caught by the spin
+    data, wall, cpu = timed_read(reader)
+    assert data == b"x"
+    assert_spun(wall, cpu)
+    assert permits.acquire()
+    permits.release()
+
+    reader = PipeReader(pipe.r, spin=0.001, permits=permits)
+    pipe.write_later(0.02, b"y")  # the spin runs out first
+    assert reader.read() == b"y"
+    assert not reader._spin_ok
+    assert permits.acquire()
+    permits.release()
+
+
+def test_the_host_has_one_permit_fewer_than_its_cpus() -> None:
+    assert HOST_PERMITS.n == max(len(os.sched_getaffinity(0)) - 1, 0)
