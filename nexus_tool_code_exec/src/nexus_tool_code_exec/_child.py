@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import itertools
@@ -424,7 +425,7 @@ class Stage:
         self.flags = {"truncated": False}
         self.out = StreamWriter(channel, "stdout", self.budget, self.flags)
         self.err = StreamWriter(channel, "stderr", self.budget, self.flags)
-        self.parallel = _parallel
+        self.parallel: Any = _parallel  # its MAX_WORKERS is set per run
         self.skills = types.ModuleType("skills", "Helpers of the active skills.")
         self.skills.__path__ = []
         self.finder = SkillHelpers({})
@@ -453,7 +454,7 @@ def install_modules(start: dict[str, Any], stage: Stage) -> None:
     sys.meta_path[:] = [stage.finder] + [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]
 
 
-class SkillHelpers:
+class SkillHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports `skills.<name>` from the helper sources the host sent, when the script imports
     it: one active skill with a helper that cannot load here (a library that is not installed,
     a command-line script) then fails only the scripts that import that skill, not every script."""
@@ -484,7 +485,7 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     stage = stage or Stage(channel)
     stage.budget[0] = int(start.get("max_output_bytes", 65536))
     flags, out, err, module = stage.flags, stage.out, stage.err, stage.module
-    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = out, err
     try:
         install_modules(start, stage)
         code = load_code(start)
@@ -492,15 +493,18 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
     except MemoryError:
-        out.flush(), err.flush()
+        out.flush()
+        err.flush()
         return {"t": "error", "kind": "memory", "message": "memory limit exceeded"}
     except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
-        out.flush(), err.flush()
+        out.flush()
+        err.flush()
         line = _script_line(exc.__traceback__)
         where = f"line {line}: " if line else ""
         return {"t": "error", "kind": "runtime", "message": f"{where}{_describe(exc, start.get('script', ''))}",
                 "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-    out.flush(), err.flush()
+    out.flush()
+    err.flush()
     try:
         text = json.dumps(value, default=_json_default, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:

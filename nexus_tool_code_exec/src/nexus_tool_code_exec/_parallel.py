@@ -11,6 +11,7 @@ callbacks one after another, so nesting can never deadlock the pool.
 from __future__ import annotations
 
 import builtins
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -88,7 +89,7 @@ def _run(thunks: list[Callable[[], Any]]) -> list[Any]:
 def map(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:  # noqa: A001 - the brief's name
     """`[fn(item) for item in items]`, concurrently, in order."""
     values = builtins.list(items)
-    return _run([(lambda v=v: fn(v)) for v in values])
+    return _run([functools.partial(fn, v) for v in values])
 
 
 def for_each(items: Iterable[T], fn: Callable[[T], Any]) -> None:

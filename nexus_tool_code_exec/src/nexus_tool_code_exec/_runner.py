@@ -101,40 +101,84 @@ except (OSError, AttributeError):
     _sched_getcpu = None
 
 
-def _place(child: Child) -> set[int] | None:
+@attrs.define(eq=False)
+class _Placement:
+    """A lone run's reader thread kept on one CPU and its child on the others."""
+
+    reader_tid: int
+    reader_cpus: set[int]  # what the reader had, to give back
+    child_pid: int
+    child_cpus: set[int]
+    undone: bool = False
+
+    def undo(self) -> None:
+        """Give both their CPUs back (any thread may: affinity is set by thread id)."""
+        if self.undone:
+            return
+        self.undone = True
+        for tid, cpus in ((self.reader_tid, self.reader_cpus), (self.child_pid, self.child_cpus)):
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass  # the child may be gone already
+
+
+#: the placement in force, if any (guarded by _active_lock)
+_placed: list[_Placement] = []
+
+
+def _run_starts() -> None:
+    with _active_lock:
+        _active[0] += 1
+        undo = list(_placed) if _active[0] > 1 else []  # two runs now: let the scheduler spread them
+        if undo:
+            _placed.clear()
+    for placement in undo:
+        placement.undo()
+
+
+def _run_ends() -> None:
+    with _active_lock:
+        _active[0] -= 1
+
+
+def _place(child: Child) -> _Placement | None:
     """For a lone run whose reader may spin: keep the reader thread on the CPU it is on and the
-    child on the others, for as long as the reader reads. Left to itself the scheduler tends to
-    put the child on the reader's CPU (a pipe write is a "sync" wake-up: the kernel expects the
-    writer to sleep next), and two spinning readers sharing one CPU each run at half speed.
-    Returns the reader's affinity to restore, or None where nothing was changed."""
+    child on the others, until the reader stops reading or another run starts. Left to itself
+    the scheduler tends to put the child on the reader's CPU (a pipe write is a "sync" wake-up:
+    the kernel expects the writer to sleep next), and two spinning readers sharing one CPU each
+    run at half speed. None where nothing was changed."""
     if _sched_getcpu is None or not hasattr(os, "sched_setaffinity") or HOST_PERMITS.n < 1:
         return None
     with _active_lock:
         if _active[0] != 1:
             return None  # concurrent runs: pinning them would only get in the load balancer's way
-    try:
-        mine = os.sched_getaffinity(0)
-        cpu = _sched_getcpu()
-        others = os.sched_getaffinity(child.pid) - {cpu}
-        if cpu < 0 or cpu not in mine or not others:
-            return None
-        os.sched_setaffinity(0, {cpu})
-    except OSError:
-        return None
-    try:
-        os.sched_setaffinity(child.pid, others)
-    except OSError:  # not allowed to, or already gone: leave both where the scheduler wants them
-        _unplace(mine)
-        return None
-    return mine
-
-
-def _unplace(saved: set[int] | None) -> None:
-    if saved is not None:
         try:
-            os.sched_setaffinity(0, saved)
+            mine = os.sched_getaffinity(0)
+            theirs = os.sched_getaffinity(child.pid)
+            cpu = _sched_getcpu()
+            if cpu < 0 or cpu not in mine or not theirs - {cpu}:
+                return None
+            os.sched_setaffinity(0, {cpu})
         except OSError:
-            pass
+            return None
+        placement = _Placement(threading.get_native_id(), mine, child.pid, theirs)
+        try:
+            os.sched_setaffinity(child.pid, theirs - {cpu})
+        except OSError:  # not allowed to, or already gone: leave both where the scheduler wants them
+            placement.undo()
+            return None
+        _placed.append(placement)
+        return placement
+
+
+def _unplace(placement: _Placement | None) -> None:
+    if placement is None:
+        return
+    with _active_lock:
+        if placement in _placed:
+            _placed.remove(placement)
+    placement.undo()
 
 
 @attrs.define
@@ -398,7 +442,9 @@ class ScriptRun:
             if placed is not None:
                 state.reader.expect()  # on CPUs of their own: answers and calls come quickly
             try:
-                box.append(self._read_loop(child, state, hand_off=False))
+                ended = self._read_loop(child, state, hand_off=False)
+                assert ended is not None  # only a hand-off returns None
+                box.append(ended)
             except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
                 log.exception("run_code: reading the script's process of %s failed", self.call_id)
                 box.append((None, f"the host failed reading it: {type(exc).__name__}"))
@@ -407,10 +453,9 @@ class ScriptRun:
                 finished.set()
                 release()
 
-        with _active_lock:
-            _active[0] += 1
         if child.bindings_key is not None and child.bindings_key == start.get("bindings_key"):
             start = {k: v for k, v in start.items() if k != "bindings"}  # it has them compiled
+        _run_starts()  # paired with _run_ends() in the finally below
         try:
             self._send({"t": "start", **start})
             if meanwhile is not None:
@@ -438,8 +483,7 @@ class ScriptRun:
                 if finished.wait(max(wait, 0.0)) and box:
                     final, violation = box[0]
         finally:
-            with _active_lock:
-                _active[0] -= 1
+            _run_ends()
             watchdog.cancel()
             status: int | None = None
             if final is not None and final.get("t") == "done" and not violation:
@@ -468,7 +512,8 @@ class ScriptRun:
         elif final is None:
             outcome.error = self._death_message(status, child.cpu_seconds, self.settings.cpu_seconds)
         elif final.get("t") == "done":
-            text = final.get("result") if isinstance(final.get("result"), str) else "null"
+            sent = final.get("result")
+            text = sent if isinstance(sent, str) else "null"
             if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
                 outcome.error = (f"result is not JSON-serializable: the result is too large: {len(text)} bytes "
                                  f"(the limit is {self.settings.max_result_bytes})")

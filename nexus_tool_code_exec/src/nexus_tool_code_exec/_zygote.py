@@ -184,7 +184,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
     push_spare()
     buf = b""
     while True:
-        readable, _, _ = select.select([ctrl, wake_r], [], [])
+        readable, _, _ = select.select([ctrl, wake_r], [], [])  # type: ignore[type-var]
         if wake_r in readable:
             try:
                 os.read(wake_r, 4096)
@@ -274,6 +274,10 @@ def _child_after_fork(rfd: int, wfd: int, policy: dict[str, Any], preloaded: dic
 
 # -- the host side ------------------------------------------------------------------------------
 
+#: what the zygote's answer to a fork request gives a launch: pid, scratch folder, the host's
+#: read and write ends of the child's pipes, and the future of its exit (status, CPU seconds)
+_Forked = tuple[int, str, int, int, "Future[tuple[int, float | None]]"]
+
 #: how long a launch waits for the spare the zygote is forking before it asks for a fork itself
 SPARE_WAIT = 0.25
 
@@ -337,7 +341,7 @@ class ZygoteLauncher:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
-        self._pending: dict[int, Future[int]] = {}
+        self._pending: dict[int, Future[_Forked]] = {}
         self._exits: dict[int, Future[tuple[int, float | None]]] = {}
         self._spare: _HeldSpare | None = None  # the child the zygote forked ahead, for the next run
         self._spare_came = threading.Condition(self._lock)
@@ -461,19 +465,19 @@ class ZygoteLauncher:
             pass
         # the zygote is gone: nobody will answer what is pending
         with self._lock:
-            for fut in list(self._pending.values()):
-                if not fut.done():
-                    fut.set_exception(ZygoteError("the zygote died"))
+            for pending in list(self._pending.values()):
+                if not pending.done():
+                    pending.set_exception(ZygoteError("the zygote died"))
             self._pending.clear()
-            for fut in self._exits.values():
-                if not fut.done():
-                    fut.set_result((-signal.SIGKILL, None))
+            for ending in self._exits.values():
+                if not ending.done():
+                    ending.set_result((-signal.SIGKILL, None))
             self._exits.clear()
-            spare, self._spare = self._spare, None
+            left, self._spare = self._spare, None
             self._coming = 0
             self._spare_came.notify_all()  # none is coming: a waiting launch asks for a fork
-        if spare is not None:
-            spare.drop()
+        if left is not None:
+            left.drop()
         with self._lock:
             if self._sock is sock:
                 self._sock = None  # the next launch starts a new zygote
@@ -554,7 +558,7 @@ class ZygoteLauncher:
         taken = self._take(sock)
         if taken is not None:
             return taken
-        fut: Future[tuple[int, str, int, int, Future[tuple[int, float | None]]]] = Future()
+        fut: Future[_Forked] = Future()
         with self._lock:
             self._req += 1
             req = self._req

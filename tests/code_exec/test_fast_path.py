@@ -1,0 +1,197 @@
+"""The fast path of a run, end to end: the spare child the host holds ahead (replaced after
+every run, set up under SCHED_IDLE, lifted when a script takes it), where a run's reader thread
+and child are placed while calls go back and forth (and that the reader gets its CPUs back), the
+script compiled by the host, and the start message leaving out bindings the child has already.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from nexus_core import Nexus, native_tool
+from nexus_core.testing import NexusFactory, assert_ok
+from nexus_tool_code_exec import _child, engine_for
+from nexus_tool_code_exec import _runner as runner_module
+from nexus_tool_code_exec._zygote import ZygoteLauncher
+from proc_helpers import descendants, wait_until
+
+TRIVIAL = "def run(ctx):\n    return 1\n"
+ROOT = os.geteuid() == 0
+CPUS = len(os.sched_getaffinity(0))
+
+
+def make(nexus_factory: NexusFactory, *tools: Any) -> Nexus:
+    nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {
+        "timeout_seconds": 10, "launcher": "zygote"}}})
+    for tool in tools:
+        nx.add_tool(tool)
+    assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))  # the zygote is up
+    return nx
+
+
+def launcher_of(nx: Nexus) -> ZygoteLauncher:
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, ZygoteLauncher)
+    return launcher
+
+
+def held_spare_pid(launcher: ZygoteLauncher) -> int:
+    assert wait_until(lambda: launcher._spare is not None), "the launcher holds no spare"
+    spare = launcher._spare
+    assert spare is not None
+    return spare.pid
+
+
+def test_the_host_holds_a_spare_and_gets_a_new_one_after_each_run(nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory)
+    launcher = launcher_of(nx)
+    seen = []
+    for i in range(3):
+        pid = held_spare_pid(launcher)
+        assert len(launcher.held_fds()) == 2  # its two pipe ends
+        assert pid in descendants(launcher.pid)
+        seen.append(pid)
+        assert_ok(nx.invoke("run_code", {"script": f"def run(ctx):\n    return {i}\n"}))
+        assert wait_until(lambda: launcher._spare is not None and launcher._spare.pid != pid)
+    assert len(set(seen)) == 3
+
+
+@pytest.mark.skipif(not ROOT or not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE spares need root")
+def test_a_waiting_spare_is_idle_priority_and_a_running_child_is_not(nexus_factory: NexusFactory) -> None:
+    seen: dict[str, Any] = {}
+    nx: Nexus | None = None
+
+    def probe(_args: dict[str, Any]) -> str:
+        """Runs in the host while the script waits for it: which of the zygote's children is
+        the spare, and each one's scheduling policy."""
+        launcher = launcher_of(nx) if nx is not None else None
+        assert launcher is not None and launcher.pid is not None
+        spare = launcher._spare.pid if launcher._spare is not None else None
+        seen["policies"] = {pid: os.sched_getscheduler(pid) for pid in descendants(launcher.pid)}
+        seen["spare"] = spare
+        return "ok"
+
+    nx = make(nexus_factory, native_tool("probe", "report", {"type": "object"}, probe))
+    launcher = launcher_of(nx)
+    waiting = held_spare_pid(launcher)
+    assert wait_until(lambda: os.sched_getscheduler(waiting) == os.SCHED_IDLE)
+    assert_ok(nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.probe().output\n"}))
+    running = [pid for pid in seen["policies"] if pid != seen["spare"]]
+    assert waiting in running, seen  # the spare that waited is the one that ran the script
+    assert seen["policies"][waiting] == os.SCHED_OTHER, seen
+
+
+@pytest.mark.skipif(CPUS < 2, reason="placement needs two CPUs")
+def test_a_lone_run_with_calls_keeps_its_reader_and_child_on_different_cpus(nexus_factory: NexusFactory) -> None:
+    seen: list[tuple[set[int], set[int]]] = []
+    running: list[int] = []
+
+    def where(_args: dict[str, Any]) -> str:
+        """Answered on the run's reader thread: its CPUs, and the script's child's."""
+        seen.append((os.sched_getaffinity(0), os.sched_getaffinity(running[0])))
+        return "ok"
+
+    nx = make(nexus_factory, native_tool("where", "report", {"type": "object"}, where))
+    full = os.sched_getaffinity(0)
+    running.append(held_spare_pid(launcher_of(nx)))  # the child that will run the script
+    script = "import tools\n\ndef run(ctx):\n    return [tools.where().output for _ in range(3)]\n"
+    assert_ok(nx.invoke("run_code", {"script": script}))
+    assert len(seen) == 3
+    for reader, child in seen:
+        assert len(reader) == 1 and child and not reader & child, seen
+    # and the reader threads have all their CPUs back once the run is over
+    assert wait_until(lambda: all(_affinity_of(tid) == full for tid in _reader_threads()))
+    assert _reader_threads(), "no reader thread was used"
+
+
+def test_concurrent_runs_are_left_where_the_scheduler_puts_them(nexus_factory: NexusFactory) -> None:
+    seen: list[set[int]] = []
+    both = threading.Barrier(2, timeout=10)
+
+    def where(_args: dict[str, Any]) -> str:
+        both.wait()  # both runs are going on now
+        seen.append(os.sched_getaffinity(0))
+        return "ok"
+
+    nx = make(nexus_factory, native_tool("where", "report", {"type": "object"}, where))
+    results: list[Any] = []
+    script = "import tools\n\ndef run(ctx):\n    return tools.where().output\n"
+    threads = [threading.Thread(target=lambda: results.append(nx.invoke("run_code", {"script": script})))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert [r.output_structured["result"] for r in results] == ["ok", "ok"], results
+    assert seen == [os.sched_getaffinity(0)] * 2  # nobody pinned
+
+
+def test_a_second_run_while_one_holds_the_spare_gets_a_forked_child(nexus_factory: NexusFactory) -> None:
+    """The spare is taken by a long run; a run at the same time gets a child forked for it."""
+    nx = make(nexus_factory)
+    slow = threading.Thread(target=lambda: nx.invoke("run_code", {
+        "script": "import time\n\ndef run(ctx):\n    time.sleep(1.0)\n    return 'slow'\n"}))
+    slow.start()
+    time.sleep(0.2)
+    began = time.monotonic()
+    result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
+    assert_ok(result)
+    assert result.output_structured["result"] == "quick"
+    assert time.monotonic() - began < 0.9  # it did not wait for the slow run's end
+    slow.join(10)
+
+
+def test_the_start_message_carries_compiled_code_and_no_bindings_the_child_has(
+        nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[dict[str, Any]] = []
+    original = runner_module.ScriptRun._send
+
+    def spy(self: Any, msg: dict[str, Any]) -> None:
+        if msg.get("t") == "start":
+            starts.append(msg)
+        original(self, msg)
+
+    monkeypatch.setattr(runner_module.ScriptRun, "_send", spy)
+    nx = make(nexus_factory, native_tool("echo", "echo", {"type": "object", "properties": {"text": {"type": "string"}}},
+                                          lambda a: a.get("text", "")))
+    launcher = launcher_of(nx)
+    held_spare_pid(launcher)
+    assert wait_until(lambda: launcher._spare is not None and launcher._spare.key != "")
+    result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.echo(text='hi').output\n"})
+    assert_ok(result)
+    assert result.output_structured["result"] == "hi"
+    start = starts[-1]
+    assert "bindings" not in start  # the spare compiled them in the zygote
+    assert start["code"]["magic"] and start["code"]["marshal"]
+
+
+def test_code_for_another_bytecode_version_is_compiled_from_the_source() -> None:
+    start = {"script": "def run(ctx):\n    return 7\n",
+             "code": {"magic": "00000000", "marshal": "not even base64 of anything"}}
+    module: dict[str, Any] = {}
+    exec(_child.load_code(start), module)
+    assert module["run"](None) == 7
+    import ast
+
+    start["code"] = _child.dump_code(ast.parse("def run(ctx):\n    return 8\n"))
+    exec(_child.load_code(start), module)
+    assert module["run"](None) == 8  # the host's code, not the source's
+
+
+def test_a_runtime_error_names_the_script_line_with_host_compiled_code(nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory)
+    result = nx.invoke("run_code", {"script": "def run(ctx):\n    x = 1\n    return x / 0\n"})
+    assert result.error is not None and result.error.startswith("runtime error: line 3: ZeroDivisionError")
+
+
+def _reader_threads() -> list[int]:
+    return [t.native_id for t in threading.enumerate() if t.name == "run_code-reader" and t.native_id]
+
+
+def _affinity_of(tid: int) -> set[int]:
+    return os.sched_getaffinity(tid)
