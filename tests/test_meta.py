@@ -2,13 +2,16 @@
 
 Every hook is documented in docs/hooks.md with its real signature, and exercised by some test;
 every package ships py.typed and declares the plugin ids the design names; every public name
-is importable; every docs page is reachable from docs/index.md.
+is importable; every docs page is reachable from docs/index.md; the packages type-check with mypy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -36,7 +39,8 @@ PACKAGES = {
 
 def documented_hooks() -> dict[str, list[str]]:
     text = (DOCS / "hooks.md").read_text(encoding="utf-8")
-    return {name: [a.strip() for a in args.split(",") if a.strip()] for name, args in HOOK_HEADING.findall(text)}
+    return {name: [a.strip() for a in args.split(",") if a.strip()]
+            for name, args in HOOK_HEADING.findall(text)}
 
 
 def test_hookspecs_are_found() -> None:
@@ -78,12 +82,28 @@ def test_package_has_py_typed_and_declares_its_plugins(folder: str) -> None:
         module = target.split(":")[0]
         assert module.split(".")[0] == package, f"{plugin_id} points outside {package}: {target}"
         path = root / "src" / Path(*module.split("."))
-        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), f"{plugin_id}: no module {module}"
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), \
+            f"{plugin_id}: no module {module}"
     if package != "nexus_core":
         deps = [re.split(r"[<>=!~ \[;]", d)[0].lower() for d in project.get("dependencies", [])]
         assert "nexus-core" in deps, f"{folder} must depend on nexus-core"
         siblings = {"nexus-tool-shell", "nexus-tool-file", "nexus-tool-code-exec"}
         assert not siblings & set(deps), f"{folder}: plugin packages never depend on each other"
+
+
+def test_packages_type_check() -> None:
+    """mypy, with the settings in the root pyproject.toml, finds nothing in the four packages."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.fail(f"mypy is not installed in {sys.executable}: run scripts/setup (the dev extra installs "
+                    "mypy and the stubs it needs)")
+    folders = [f"{folder}/src/{package}" for folder, (package, _) in PACKAGES.items()
+               if not folder.startswith("examples/")]
+    proc = subprocess.run([sys.executable, "-m", "mypy", *folders], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, (
+        f"mypy {' '.join(folders)} exited {proc.returncode} "
+        f"(if it says library stubs are not installed, run scripts/setup):\n{proc.stdout}{proc.stderr}"
+    )
 
 
 def test_public_names_are_importable() -> None:

@@ -90,7 +90,7 @@ class ToolRegistry:
             raise ToolRegistrationError(
                 f"tool {tool.name!r} from {_source(tool)}: handler {tool.handler!r} is not callable"
             )
-        validator = None
+        validator: ArgumentValidator | None = None
         for which, schema in (("input_schema", tool.input_schema), ("output_schema", tool.output_schema)):
             if schema is None and which == "output_schema":
                 continue
@@ -100,20 +100,18 @@ class ToolRegistry:
                     f"object (a dict), got {type(schema).__name__}"
                 )
             try:
-                if not schema:
-                    compiled = None
-                elif which == "input_schema":
-                    compiled = ArgumentValidator(schema, compile_schema(schema))
-                else:
+                # an empty schema accepts anything: no validator. An output schema is only checked
+                # here (compile_schema raises SchemaError for a bad one); nothing keeps its validator.
+                if schema:
                     compiled = compile_schema(schema)
+                    if which == "input_schema":
+                        validator = ArgumentValidator(schema, compiled)
             except SchemaError as exc:
                 where = "/".join(map(str, exc.absolute_path)) or "(top level)"
                 raise ToolRegistrationError(
                     f"tool {tool.name!r} from {_source(tool)} has an invalid {which} at {where}: "
                     f"{exc.message}"
                 ) from None
-            if which == "input_schema":
-                validator = compiled
         with self._write_lock:
             existing = self._entries.get(tool.name)
             if replace and (existing is None or existing.tool.plugin != tool.plugin):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import jsonschema
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -54,32 +54,41 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _keyword_value(error: ValidationError) -> Any:
+    """`error.validator_value`, the failing keyword's value from the schema. A validator sets it on
+    every error it yields; the stubs also allow jsonschema's `Unset` sentinel, which only a
+    ValidationError built by hand carries, so the cast only drops that case."""
+    return cast(Any, error.validator_value)
+
+
 def describe_error(error: ValidationError) -> str:
     """One error in words a person fixes config or arguments with: what was expected, what came."""
     v = error.validator
     inst = error.instance
+    value = _keyword_value(error)
     if v == "type":
-        expected = error.validator_value
+        expected = value
         if isinstance(expected, list):
             expected = " or ".join(expected)
         return f"expected {expected}, got {short_repr(inst)}"
     if v == "required":
-        missing = [r for r in error.validator_value if isinstance(inst, dict) and r not in inst]
-        return "missing required " + ", ".join(repr(m) for m in missing or error.validator_value)
+        missing = [r for r in value if isinstance(inst, dict) and r not in inst]
+        return "missing required " + ", ".join(repr(m) for m in missing or value)
     if v == "additionalProperties":
-        extra = unknown_keys(error.schema, inst) if isinstance(inst, dict) else []
+        schema = error.schema
+        extra = unknown_keys(schema, inst) if isinstance(inst, dict) and isinstance(schema, Mapping) else []
         return "unknown key " + ", ".join(repr(k) for k in extra)
     if v == "enum":
-        return f"expected one of {', '.join(repr(x) for x in error.validator_value)}, got {short_repr(inst)}"
+        return f"expected one of {', '.join(repr(x) for x in value)}, got {short_repr(inst)}"
     if v == "const":
-        return f"expected {error.validator_value!r}, got {short_repr(inst)}"
+        return f"expected {value!r}, got {short_repr(inst)}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
-        return f"expected a number {word[v]} {error.validator_value}, got {short_repr(inst)}"
+        return f"expected a number {word[v]} {value}, got {short_repr(inst)}"
     return error.message
 
 
-def unknown_keys(schema: dict[str, Any], instance: dict[Any, Any]) -> list[Any]:
+def unknown_keys(schema: Mapping[str, Any], instance: dict[Any, Any]) -> list[Any]:
     """The keys of `instance` that neither `properties` nor `patternProperties` of `schema`
     allow, sorted (keys of any type: YAML allows `1:` as a key)."""
     allowed = set(schema.get("properties", {}))
@@ -96,16 +105,18 @@ def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[t
     lines: list[tuple[tuple[str, ...], str]] = []
     for error in errors:
         path: Sequence[Any] = list(error.absolute_path)
-        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        if (error.validator == "additionalProperties" and isinstance(error.instance, dict)
+                and isinstance(error.schema, Mapping)):  # always, for an error a validator yields
             for key in unknown_keys(error.schema, error.instance):
                 key_path = [*path, str(key)]  # a key, even `1:` in YAML, is not a list index
                 lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: unknown key"))
             continue
         if error.validator == "required" and isinstance(error.instance, dict):
-            for key in error.validator_value:
+            for key in _keyword_value(error):
                 if key not in error.instance:
                     key_path = [*path, key]
-                    lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: required, but missing"))
+                    lines.append((tuple(map(str, key_path)),
+                                  f"{format_path(key_path, prefix)}: required, but missing"))
             continue
         where = format_path(path, prefix) or (prefix or "(top level)")
         lines.append((tuple(map(str, path)), f"{where}: {describe_error(error)}"))
@@ -199,7 +210,8 @@ def fast_object_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
     schema, None. Used to skip the full validator for valid arguments; invalid ones still go
     through it, for its messages."""
     keys = set(schema) - _ANNOTATIONS - {"$schema"}
-    if schema.get("type") != "object" or not keys <= {"type", "properties", "required", "additionalProperties"}:
+    if (schema.get("type") != "object"
+            or not keys <= {"type", "properties", "required", "additionalProperties"}):
         return None
     props = schema.get("properties", {})
     required = schema.get("required", [])
