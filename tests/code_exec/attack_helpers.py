@@ -40,7 +40,7 @@ import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
 from nexus_tool_code_exec import engine_for, sandbox
-from nexus_tool_code_exec._zygote import ZygoteLauncher
+from nexus_tool_code_exec._zygote import SPARES, ZygoteLauncher
 
 CE = "nexus.tool.code_exec"
 #: the wall-clock limit of the range's Nexus
@@ -287,8 +287,8 @@ class Range:
         if not wait_until(lambda: self.host_fds() == before["fds"], within=2.0):
             now = self.host_fds()
             problems.append(f"fds leaked: {_described(now - before['fds'])}, closed: {sorted(before['fds'] - now)}")
-        if not wait_until(lambda: len(zygote_of(self.nx).held_fds()) == 2):
-            problems.append(f"the launcher holds no spare child: {zygote_of(self.nx).held_fds()}")
+        if not wait_until(lambda: len(zygote_of(self.nx).held_fds()) == 2 * SPARES):
+            problems.append(f"the launcher does not hold its {SPARES} spare children: {zygote_of(self.nx).held_fds()}")
         self.note_spares()
         if not wait_until(lambda: not self.leaked_scratch(before["scratch"])):
             problems.append(f"scratch folders left: {self.leaked_scratch(before['scratch'])}")
@@ -306,8 +306,8 @@ class Range:
                     owned[pid].append(path)
             return owned
 
-        if not wait_until(lambda: [len(f) for f in spare_folders().values()] == [1]):
-            problems.append(f"expected one spare child holding one scratch folder: {spare_folders()}")
+        if not wait_until(lambda: [len(f) for f in spare_folders().values()] == [1] * SPARES):
+            problems.append(f"expected {SPARES} spare children holding one scratch folder each: {spare_folders()}")
         assert not problems, "the host was harmed:\n  " + "\n  ".join(problems)
 
 
@@ -387,7 +387,7 @@ def open_range(root: Path, **code_exec: Any) -> Iterator[Range]:
             return child
 
         launcher.launch = recording_launch  # type: ignore[method-assign]
-        assert wait_until(lambda: len(descendants()) == 2), f"expected the zygote and its spare: {descendants()}"
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES), f"expected the zygote and its spares: {descendants()}"
         rng.baseline_processes = len(descendants())
         yield rng
     finally:

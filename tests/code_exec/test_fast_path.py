@@ -17,7 +17,7 @@ from nexus_core import Nexus, native_tool
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import _child, engine_for
 from nexus_tool_code_exec import _runner as runner_module
-from nexus_tool_code_exec._zygote import ZygoteLauncher
+from nexus_tool_code_exec._zygote import SPARES, ZygoteLauncher
 from proc_helpers import descendants, wait_until
 
 TRIVIAL = "def run(ctx):\n    return 1\n"
@@ -41,24 +41,47 @@ def launcher_of(nx: Nexus) -> ZygoteLauncher:
 
 
 def held_spare_pid(launcher: ZygoteLauncher) -> int:
-    assert wait_until(lambda: launcher._spare is not None), "the launcher holds no spare"
-    spare = launcher._spare
-    assert spare is not None
-    return spare.pid
+    """The spare the next run will take (the oldest one held, once all are there)."""
+    assert wait_until(lambda: len(launcher._spares) == SPARES), "the launcher does not hold its spares"
+    return launcher._spares[0].pid
 
 
-def test_the_host_holds_a_spare_and_gets_a_new_one_after_each_run(nexus_factory: NexusFactory) -> None:
+def spare_pids(launcher: ZygoteLauncher) -> set[int]:
+    return {sp.pid for sp in launcher._spares}
+
+
+def test_the_host_holds_spares_and_gets_a_new_one_for_each_taken(nexus_factory: NexusFactory) -> None:
     nx = make(nexus_factory)
     launcher = launcher_of(nx)
     seen = []
     for i in range(3):
         pid = held_spare_pid(launcher)
-        assert len(launcher.held_fds()) == 2  # its two pipe ends
-        assert pid in descendants(launcher.pid)
+        assert len(launcher.held_fds()) == 2 * SPARES  # two pipe ends each
+        assert spare_pids(launcher) <= descendants(launcher.pid)
         seen.append(pid)
         assert_ok(nx.invoke("run_code", {"script": f"def run(ctx):\n    return {i}\n"}))
-        assert wait_until(lambda: launcher._spare is not None and launcher._spare.pid != pid)
+        assert wait_until(lambda: len(launcher._spares) == SPARES and pid not in spare_pids(launcher))
     assert len(set(seen)) == 3
+
+
+def test_runs_back_to_back_each_find_a_spare_ready(nexus_factory: NexusFactory) -> None:
+    """With two spares, a run right after another takes the second while the first's
+    replacement sets itself up: no fork on request."""
+    nx = make(nexus_factory)
+    launcher = launcher_of(nx)
+    held_spare_pid(launcher)
+    forks = []
+    original = launcher._send
+
+    def spy(sock: Any, msg: dict[str, Any], fds: Any = None) -> None:
+        if msg.get("t") == "fork":
+            forks.append(msg)
+        original(sock, msg, fds)
+
+    launcher._send = spy  # type: ignore[method-assign]
+    for i in range(2):
+        assert_ok(nx.invoke("run_code", {"script": f"def run(ctx):\n    return {i}\n"}))
+    assert forks == []
 
 
 @pytest.mark.skipif(not ROOT or not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE spares need root")
@@ -71,9 +94,8 @@ def test_a_waiting_spare_is_idle_priority_and_a_running_child_is_not(nexus_facto
         the spare, and each one's scheduling policy."""
         launcher = launcher_of(nx) if nx is not None else None
         assert launcher is not None and launcher.pid is not None
-        spare = launcher._spare.pid if launcher._spare is not None else None
         seen["policies"] = {pid: os.sched_getscheduler(pid) for pid in descendants(launcher.pid)}
-        seen["spare"] = spare
+        seen["spares"] = spare_pids(launcher)
         return "ok"
 
     nx = make(nexus_factory, native_tool("probe", "report", {"type": "object"}, probe))
@@ -81,7 +103,7 @@ def test_a_waiting_spare_is_idle_priority_and_a_running_child_is_not(nexus_facto
     waiting = held_spare_pid(launcher)
     assert wait_until(lambda: os.sched_getscheduler(waiting) == os.SCHED_IDLE)
     assert_ok(nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.probe().output\n"}))
-    running = [pid for pid in seen["policies"] if pid != seen["spare"]]
+    running = [pid for pid in seen["policies"] if pid not in seen["spares"]]
     assert waiting in running, seen  # the spare that waited is the one that ran the script
     assert seen["policies"][waiting] == os.SCHED_OTHER, seen
 
@@ -131,19 +153,23 @@ def test_concurrent_runs_are_left_where_the_scheduler_puts_them(nexus_factory: N
     assert seen == [os.sched_getaffinity(0)] * 2  # nobody pinned
 
 
-def test_a_second_run_while_one_holds_the_spare_gets_a_forked_child(nexus_factory: NexusFactory) -> None:
-    """The spare is taken by a long run; a run at the same time gets a child forked for it."""
+def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factory: NexusFactory) -> None:
+    """Long runs hold more children than there are spares; the runs beside them still start."""
     nx = make(nexus_factory)
-    slow = threading.Thread(target=lambda: nx.invoke("run_code", {
-        "script": "import time\n\ndef run(ctx):\n    time.sleep(1.0)\n    return 'slow'\n"}))
-    slow.start()
-    time.sleep(0.2)
+    held_spare_pid(launcher_of(nx))
+    slow_script = "import time\n\ndef run(ctx):\n    time.sleep(1.5)\n    return 'slow'\n"
+    slow = [threading.Thread(target=lambda: nx.invoke("run_code", {"script": slow_script}))
+            for _ in range(SPARES + 1)]
+    for t in slow:
+        t.start()
+    time.sleep(0.3)
     began = time.monotonic()
     result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
     assert_ok(result)
     assert result.output_structured["result"] == "quick"
-    assert time.monotonic() - began < 0.9  # it did not wait for the slow run's end
-    slow.join(10)
+    assert time.monotonic() - began < 1.2  # it did not wait for the slow runs' end
+    for t in slow:
+        t.join(10)
 
 
 def test_the_start_message_carries_compiled_code_and_no_bindings_the_child_has(
@@ -161,7 +187,7 @@ def test_the_start_message_carries_compiled_code_and_no_bindings_the_child_has(
                                           lambda a: a.get("text", "")))
     launcher = launcher_of(nx)
     held_spare_pid(launcher)
-    assert wait_until(lambda: launcher._spare is not None and launcher._spare.key != "")
+    assert wait_until(lambda: len(launcher._spares) == SPARES and all(sp.key for sp in launcher._spares))
     result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.echo(text='hi').output\n"})
     assert_ok(result)
     assert result.output_structured["result"] == "hi"

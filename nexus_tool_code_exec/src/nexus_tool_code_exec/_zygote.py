@@ -1,23 +1,24 @@
 """The warm zygote: a helper process that imports the runtime once and forks one child per script.
 
 Host and zygote talk over a Unix socket pair (JSON lines, plus file descriptors passed with
-SCM_RIGHTS). The zygote keeps one child forked ahead of time: with its own scratch folder and two
-pipes, already isolated (sandbox.enter), waiting for a script. It hands that spare's pipe ends to
-the host as soon as it has forked it, so a run takes a child without asking the zygote anything:
+SCM_RIGHTS). The zygote keeps SPARES (two) children forked ahead of time: each with its own
+scratch folder and two pipes, already isolated (sandbox.enter), waiting for a script. It hands a
+spare's pipe ends to the host as soon as it has forked it, so a run takes a child without asking
+the zygote anything:
 it does not wait for a fork, for the sandbox to be set up, or for a message to go round. The host
 speaks the run_code protocol with the child directly, exactly as with a spawned child. The zygote
 stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
 be entered by a single-threaded process); it reaps its children and reports how each ended.
 
-The host tells the zygote when a script has taken the spare ("taken", sent once the script is on
+The host tells the zygote when a script has taken a spare ("taken", sent once the script is on
 its way, so the wake-up it costs overlaps the child's work), and the zygote forks the next one.
 As root, that fork and the spare's own set-up run under SCHED_IDLE: they only get CPU time nobody
 else wants, and a run's process that wakes up preempts them at once. (The zygote is started in
 the host's session, so in its scheduler autogroup, where a policy counts against the host's own
 threads. At a normal priority, or niced in a session of its own, a refill running next to a run
 delayed the run's wake-ups by up to a millisecond on a 2-vCPU VM.) The host lifts SCHED_IDLE off
-the spare it gives a script. A run that finds no spare waits for the one being forked, or, when
-none is (runs at the same time as another), asks for a fork.
+the spare it gives a script. A run that finds no spare waits for one being forked, or, when none
+is (more runs at the same time than spares), asks for a fork.
 
 zygote -> host: {"t": "ready", "pid": p}
                 {"t": "spare", "pid": p, "scratch": dir, "key": k, "idle": b}  + fds [host reads, host writes]
@@ -54,6 +55,10 @@ from ._launch import CHILD_ENV, Child
 
 
 # -- the zygote process -----------------------------------------------------------------------
+
+#: children the zygote keeps forked ahead, held by the host: two, so that a run that follows
+#: another within a few ms (before that one's replacement has set itself up) still finds one
+SPARES = 2
 
 
 def _preimport(allowed: list[str]) -> int | None:
@@ -155,7 +160,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
     key = ""  # of the bindings preloaded (spares forked since have them compiled)
-    spare = 0  # the pid of the spare the host holds (or has given a script)
+    spares: list[int] = []  # the pids of the spares the host holds, newest last
     # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be able
     # to lift it off the spare it gives a script), so that this work only gets CPU time nobody
     # else wants; the zygote itself stays at the host's priority for everything else (a kill
@@ -165,7 +170,6 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
     def push_spare() -> None:
         """Fork the next spare and hand its pipe ends to the host, which keeps them until a
         script needs a child (the zygote keeps nothing of it but its pid)."""
-        nonlocal spare
         if idle:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             try:
@@ -174,14 +178,16 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         else:
             child = fork_child()
-        spare = child.pid
+        spares.append(child.pid)
+        del spares[:-SPARES]  # older ones (of older bindings) the host drops
         send({"t": "spare", "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
              [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
     send({"t": "ready", "pid": os.getpid()})
-    push_spare()
+    for _ in range(SPARES):
+        push_spare()
     buf = b""
     while True:
         readable, _, _ = select.select([ctrl, wake_r], [], [])  # type: ignore[type-var]
@@ -191,7 +197,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             except BlockingIOError:
                 pass
             reap()
-            if spare not in children:  # it ended (its run is over, or it died unused)
+            for pid in [pid for pid in spares if pid not in children]:  # it died unused
+                spares.remove(pid)
                 push_spare()
         if ctrl not in readable:
             continue
@@ -206,8 +213,9 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             line, _, buf = buf.partition(b"\n")
             msg = json.loads(line)
             kind = msg.get("t")
-            if kind == "taken":  # the host gave its spare to a script: the next one now
-                if int(msg["pid"]) == spare:
+            if kind == "taken":  # the host gave a spare to a script: the next one now
+                if int(msg["pid"]) in spares:
+                    spares.remove(int(msg["pid"]))
                     push_spare()
             elif kind == "fork":  # the host has no spare at hand (concurrent runs)
                 child = fork_child()
@@ -226,7 +234,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                 except Exception:  # a child will compile it itself and report the error
                     preloaded.clear()
                     key = ""
-                push_spare()  # one with these bindings; the host drops the one it held
+                for _ in range(SPARES):  # spares with these bindings; the host drops older ones
+                    push_spare()
             elif kind == "kill":
                 pid = int(msg["pid"])
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
@@ -235,7 +244,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                             target()
                         except (ProcessLookupError, PermissionError):
                             pass
-                if pid == spare:  # its run is over: the next spare now
+                if pid in spares:  # a spare the host gave a script without saying so: replace it
+                    spares.remove(pid)
                     push_spare()
     for pid in list(children):
         try:
@@ -343,7 +353,7 @@ class ZygoteLauncher:
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[_Forked]] = {}
         self._exits: dict[int, Future[tuple[int, float | None]]] = {}
-        self._spare: _HeldSpare | None = None  # the child the zygote forked ahead, for the next run
+        self._spares: list[_HeldSpare] = []  # the children the zygote forked ahead, newest last
         self._spare_came = threading.Condition(self._lock)
         self._coming = 0  # spares the zygote is forking (one for each spare taken)
         self._req = 0
@@ -431,10 +441,12 @@ class ZygoteLauncher:
                                        bool(msg.get("idle")), Future())
                     with self._lock:
                         self._exits[pid] = spare.exit_future
-                        old, self._spare = self._spare, spare  # a newer one (new bindings) wins
+                        self._spares.append(spare)
+                        dropped = self._spares[:-SPARES]  # the oldest go (older bindings)
+                        del self._spares[:-SPARES]
                         self._coming = max(0, self._coming - 1)
                         self._spare_came.notify_all()
-                    if old is not None:
+                    for old in dropped:
                         old.drop()
                 elif kind == "forked":
                     got = fds_queue.pop(0) if fds_queue else []
@@ -454,11 +466,11 @@ class ZygoteLauncher:
                 elif kind == "exit":
                     with self._lock:
                         done = self._exits.pop(int(msg["pid"]), None)
-                        dead = self._spare if self._spare is not None and self._spare.pid == int(msg["pid"]) else None
-                        if dead is not None:  # the spare died before a script took it
-                            self._spare = None
-                    if dead is not None:
-                        dead.drop()
+                        dead = [sp for sp in self._spares if sp.pid == int(msg["pid"])]
+                        for sp in dead:  # a spare died before a script took it
+                            self._spares.remove(sp)
+                    for sp in dead:
+                        sp.drop()
                     if done is not None and not done.done():
                         done.set_result((int(msg["status"]), msg.get("cpu")))
         except Exception:  # noqa: BLE001 - whatever broke the channel, the zygote is unusable
@@ -473,11 +485,11 @@ class ZygoteLauncher:
                 if not ending.done():
                     ending.set_result((-signal.SIGKILL, None))
             self._exits.clear()
-            left, self._spare = self._spare, None
+            left, self._spares = self._spares, []
             self._coming = 0
             self._spare_came.notify_all()  # none is coming: a waiting launch asks for a fork
-        if left is not None:
-            left.drop()
+        for sp in left:
+            sp.drop()
         with self._lock:
             if self._sock is sock:
                 self._sock = None  # the next launch starts a new zygote
@@ -513,24 +525,25 @@ class ZygoteLauncher:
         return sock is None or proc is None or proc.poll() is not None
 
     def held_fds(self) -> set[int]:
-        """The fds of the spare the host holds (its two pipe ends; none while it holds none).
-        They are the only fds the launcher keeps between runs, and they change with every run."""
+        """The fds of the spares the host holds (two pipe ends each). They are the only fds the
+        launcher keeps between runs, and they change with every run."""
         with self._lock:
-            spare = self._spare
-            return set() if spare is None else {spare.host_read, spare.host_write}
+            return {fd for sp in self._spares for fd in (sp.host_read, sp.host_write)}
 
     def _take(self, sock: socket.socket) -> Child | None:
         """The spare, if the host holds one or the zygote is about to send one (it forks the
         next once a script has taken the last: back to back, the next run waits for that one
         rather than ask for a second fork). None: ask for a fork."""
         with self._lock:
-            if self._spare is None and self._coming > 0:
-                self._spare_came.wait_for(lambda: self._spare is not None or self._coming == 0,
-                                          timeout=SPARE_WAIT)
-            spare, self._spare = self._spare, None
-            if spare is None:
+            if not self._spares and self._coming > 0:
+                self._spare_came.wait_for(lambda: bool(self._spares) or self._coming == 0, timeout=SPARE_WAIT)
+            if not self._spares:
                 self._coming = 0  # it did not come: do not wait for it again
                 return None
+            # the oldest: it has had the longest to set itself up (unless it has older bindings)
+            fitting = [sp for sp in self._spares if sp.key == self._preloaded_key] or self._spares
+            spare = fitting[0]
+            self._spares.remove(spare)
         if spare.idle:  # a script waits for it now: no longer only the CPU nobody wants
             try:
                 os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
@@ -599,9 +612,9 @@ class ZygoteLauncher:
             pass
 
     def _stop_locked(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.drop()
+        left, self._spares = self._spares, []
+        for sp in left:
+            sp.drop()
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
