@@ -20,12 +20,11 @@ import os
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from attack_helpers import LIMIT, Range, guard, range_for_module
+from attack_helpers import LIMIT, Range, guard, range_for_module, wait_until
 from proc_helpers import rss_growth
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
@@ -353,8 +352,9 @@ def run(ctx):
         before = len(rng.launched)
         result, _ = rng.run(script)
         assert result.output_structured == {"result": "bye"}
-        time.sleep(0.05)
-        leaked = [s for _, s in rng.launched[before:] if os.path.exists(s)]
+        # removed once the zygote has reaped the child (the host is told, then removes it)
+        leaked = [s for _, s in rng.launched[before:]
+                  if not wait_until(lambda s=s: not os.path.exists(s), within=3.0)]
         if leaked:
             break
     contents = {s: sorted(os.listdir(s))[:3] for s in leaked}

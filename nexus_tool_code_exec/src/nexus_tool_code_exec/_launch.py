@@ -43,8 +43,8 @@ class Child:
     cpu_seconds: float | None = None
     #: the bindings it has compiled already (None: none), so the start message can leave them out
     bindings_key: str | None = None
-    #: called once its script has been sent (the zygote launcher then forks the next spare)
-    on_started: Any = attrs.field(default=None, repr=False)
+    #: called once its run is over (the zygote launcher then expects a new spare)
+    on_finished: Any = attrs.field(default=None, repr=False)
     #: a pidfd of the process, where it cannot have started others (seccomp refuses fork): then
     #: `end` signals it directly instead of asking for a group kill
     pidfd: int | None = None

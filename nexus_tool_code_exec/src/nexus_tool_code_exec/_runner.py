@@ -460,8 +460,6 @@ class ScriptRun:
             self._send({"t": "start", **start})
             if meanwhile is not None:
                 meanwhile()
-            if child.on_started is not None:  # after `meanwhile`: see ZygoteLauncher._taken
-                child.on_started()
             if FIRST_SPIN: state.reader.expect(FIRST_SPIN)
             # This thread reads until the script ends or makes its first tool call (a trivial
             # script, or one that only prints, costs no thread hop). Tool calls are answered by
@@ -499,6 +497,8 @@ class ScriptRun:
             with self._write_lock:
                 self._child = None
             release()
+            if child.on_finished is not None:
+                child.on_finished()
             self.streamer.finish()
         outcome.duration = time.monotonic() - began
         outcome.stdout = "".join(self.streamer.parts)

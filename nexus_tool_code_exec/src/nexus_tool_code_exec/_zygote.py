@@ -10,22 +10,22 @@ speaks the run_code protocol with the child directly, exactly as with a spawned 
 stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
 be entered by a single-threaded process); it reaps its children and reports how each ended.
 
-The host tells the zygote when a script has taken a spare ("taken", sent once the script is on
-its way, so the wake-up it costs overlaps the child's work), and the zygote forks the next one.
-As root, that fork and the spare's own set-up run under SCHED_IDLE: they only get CPU time nobody
-else wants, and a run's process that wakes up preempts them at once. (The zygote is started in
-the host's session, so in its scheduler autogroup, where a policy counts against the host's own
-threads. At a normal priority, or niced in a session of its own, a refill running next to a run
-delayed the run's wake-ups by up to a millisecond on a 2-vCPU VM.) The host lifts SCHED_IDLE off
-the spare it gives a script. A run that finds no spare waits for one being forked, or, when none
-is (more runs at the same time than spares), asks for a fork.
+The zygote forks a spare's replacement once that spare has ended (its run is over: the host kills
+it, or it exits), not while the run goes on: a fork and a sandbox set-up are a few ms of CPU,
+largely in the kernel, and this kernel does not preempt them, so next to a run they delayed the
+run's wake-ups by up to a millisecond on a 2-vCPU VM (measured; with the refill at the start of
+each run, the 100-call benchmark took a fifth longer). With two spares, a run that follows
+another within those few ms still finds one ready. As root the refill runs under SCHED_IDLE, so
+that it only takes CPU time nobody else wants (the zygote is started in the host's session, so
+in its scheduler autogroup, where a policy counts against the host's own threads); the host lifts
+SCHED_IDLE off the spare it gives a script. A run that finds no spare waits for one being forked,
+or, when none is (more runs at the same time than spares), asks for a fork.
 
 zygote -> host: {"t": "ready", "pid": p}
                 {"t": "spare", "pid": p, "scratch": dir, "key": k, "idle": b}  + fds [host reads, host writes]
                 {"t": "forked", "req": n, "pid": p, "scratch": dir}  + fds   (the answer to "fork")
                 {"t": "exit", "pid": p, "status": s, "cpu": seconds}   (s as subprocess reports it)
-host -> zygote: {"t": "taken", "pid": p}                 a script took the spare: fork the next
-                {"t": "fork", "req": n}                  no spare at hand: a child now
+host -> zygote: {"t": "fork", "req": n}                  no spare at hand: a child now
                 {"t": "kill", "pid": p}                  kill that child's process group
                 {"t": "preload", "key": k, "bindings": src}   compile `tools` once, ahead
 """
@@ -160,7 +160,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
     key = ""  # of the bindings preloaded (spares forked since have them compiled)
-    spares: list[int] = []  # the pids of the spares the host holds, newest last
+    spares: list[int] = []  # the pids of the spares forked (held by the host, or running), newest last
     # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be able
     # to lift it off the spare it gives a script), so that this work only gets CPU time nobody
     # else wants; the zygote itself stays at the host's priority for everything else (a kill
@@ -197,7 +197,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             except BlockingIOError:
                 pass
             reap()
-            for pid in [pid for pid in spares if pid not in children]:  # it died unused
+            for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
                 spares.remove(pid)
                 push_spare()
         if ctrl not in readable:
@@ -213,11 +213,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             line, _, buf = buf.partition(b"\n")
             msg = json.loads(line)
             kind = msg.get("t")
-            if kind == "taken":  # the host gave a spare to a script: the next one now
-                if int(msg["pid"]) in spares:
-                    spares.remove(int(msg["pid"]))
-                    push_spare()
-            elif kind == "fork":  # the host has no spare at hand (concurrent runs)
+            if kind == "fork":  # the host has no spare at hand (concurrent runs)
                 child = fork_child()
                 send({"t": "forked", "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
                      [child.host_read, child.host_write])
@@ -244,7 +240,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                             target()
                         except (ProcessLookupError, PermissionError):
                             pass
-                if pid in spares:  # a spare the host gave a script without saying so: replace it
+                if pid in spares:  # its run is over: the next spare now
                     spares.remove(pid)
                     push_spare()
     for pid in list(children):
@@ -355,7 +351,7 @@ class ZygoteLauncher:
         self._exits: dict[int, Future[tuple[int, float | None]]] = {}
         self._spares: list[_HeldSpare] = []  # the children the zygote forked ahead, newest last
         self._spare_came = threading.Condition(self._lock)
-        self._coming = 0  # spares the zygote is forking (one for each spare taken)
+        self._coming = 0  # spares the zygote is forking (one for each taken spare whose run is over)
         self._req = 0
         self._preloaded_key: str | None = None
         self._scratch_root: str | None = None
@@ -551,20 +547,16 @@ class ZygoteLauncher:
                 pass
         child = self._child(sock, spare.pid, spare.scratch, spare.host_read, spare.host_write,
                             spare.exit_future, spare.key)
-        child.on_started = lambda: self._taken(sock, spare.pid)
+        child.on_finished = self._replacement_coming
         if "seccomp" in self.policy.get("layers", ()):
             child.pidfd = _pidfd_of(spare.pid, spare.host_read)
         return child
 
-    def _taken(self, sock: socket.socket, pid: int) -> None:
-        """Tell the zygote to fork the next spare. Sent once the script is on its way, so that
-        the wake-up it costs comes while the child works rather than before."""
+    def _replacement_coming(self) -> None:
+        """A spare's run is over: its child is ending, and the zygote forks a new spare once it
+        has reaped it. A launch that finds no spare meanwhile waits for that one."""
         with self._lock:
             self._coming += 1
-        try:
-            self._send(sock, {"t": "taken", "pid": pid})
-        except OSError:
-            pass
 
     def _launch(self) -> Child:
         sock = self._ensure()
