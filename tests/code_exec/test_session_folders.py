@@ -156,7 +156,7 @@ def test_a_maker_whose_parent_cannot_be_made_makes_nothing(tmp_path: Path) -> No
 # -- SessionFiles ---------------------------------------------------------------------------
 
 
-def test_open_renames_the_folder_made_ahead_and_asks_for_the_next(maker: FolderMaker, parent: Path) -> None:
+def test_open_renames_the_folder_made_ahead_and_finish_asks_for_the_next(maker: FolderMaker, parent: Path) -> None:
     maker.make_next()
     fds = ready(maker)
     [ahead] = pending(parent)
@@ -168,15 +168,16 @@ def test_open_renames_the_folder_made_ahead_and_asks_for_the_next(maker: FolderM
     assert names(path) == sorted(FILES)
     assert path.joinpath("script.py").read_text() == SCRIPT
     assert sorted(target(fd) for fd in fds) == sorted(str(path / name) for name in FILES)  # the same files
-
-    next_fds = ready(maker)  # the next one, made while this run goes on
-    assert not next_fds & fds
-    [after] = pending(parent)
-    assert after != ahead
+    time.sleep(0.05)
+    assert pending(parent) == []  # nothing is made while the run goes on
 
     count = len(open_fds())
     assert files.finish("out\n", '{"a": 1}', None, ['{"n": 1}\n', '{"n": 2}\n'])
     assert len(open_fds()) == count - len(FILES)
+    next_fds = ready(maker)  # the next one, made once the run is over
+    [after] = pending(parent)
+    assert after != ahead
+    assert sorted(target(fd) for fd in next_fds) == sorted(str(after / name) for name in FILES)
     assert names(path) == sorted(FILES)
     assert path.joinpath("script.py").read_text() == SCRIPT
     assert path.joinpath("stdout.txt").read_text() == "out\n"
@@ -221,16 +222,16 @@ def test_open_without_a_maker_makes_the_folder(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["call_1"]
 
 
-def test_open_with_no_folder_ready_makes_it_and_asks_for_the_next(maker: FolderMaker, parent: Path) -> None:
+def test_open_with_no_folder_ready_makes_it_and_finish_asks_for_the_next(maker: FolderMaker, parent: Path) -> None:
     path = parent / "call_1"
     files = SessionFiles(path, maker)
     files.open(SCRIPT)  # nothing asked for yet, so nothing ready
     assert names(path) == sorted(FILES)
     assert path.joinpath("script.py").read_text() == SCRIPT
-    ready(maker)
-    assert len(pending(parent)) == 1
     assert files.finish("out", "3", None, [])
     assert path.joinpath("result.json").read_text() == "3"
+    ready(maker)
+    assert len(pending(parent)) == 1
 
 
 def test_an_existing_call_folder_is_written_over_and_the_folder_ahead_kept(

@@ -522,8 +522,10 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
         stage = Stage(channel)
         if start is None:
             start = channel.read_message()
-        # no spinning for the first call's answer: it comes after the host has handed the pipe
-        # to the thread that answers calls (see _runner.py); the waits after it turn it on
+        if start.get("spin"):
+            # the host keeps this process off the CPU of the thread that reads it: polling
+            # for the answers does not take their CPU (otherwise the waits turn polling on)
+            channel.expect()
         final = run_script(channel, start, stage)
     except ChannelClosed:
         return

@@ -40,9 +40,9 @@ _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
-#: how long the host polls for a script's first message before it sleeps: about what a trivial
-#: script takes, so that one is answered without a wake-up
-FIRST_SPIN = 0.0
+#: how long the host polls for a placed run's first message before it sleeps: about what a
+#: trivial script takes, so that its end is read without a wake-up
+FIRST_SPIN = 0.001
 
 
 class _ThreadCache:
@@ -103,12 +103,17 @@ except (OSError, AttributeError):
 
 @attrs.define(eq=False)
 class _Placement:
-    """A lone run's reader thread kept on one CPU and its child on the others."""
+    """Where a lone run's processes are kept, so that the side that waits (and spins) never
+    shares a CPU with the side it waits for: the child off the CPU of the thread that started
+    the run, and from the first tool call on, the reader thread on one CPU and the child on the
+    others. Left to itself the scheduler tends to put a process woken through a pipe on the
+    writer's CPU (a pipe write is a "sync" wake-up: the kernel expects the writer to sleep
+    next), and two spinners sharing one CPU each run at half speed."""
 
-    reader_tid: int
-    reader_cpus: set[int]  # what the reader had, to give back
     child_pid: int
-    child_cpus: set[int]
+    child_cpus: set[int]  # what the child had, to give back
+    reader_tid: int | None = None
+    reader_cpus: set[int] | None = None
     undone: bool = False
 
     def undo(self) -> None:
@@ -117,13 +122,15 @@ class _Placement:
             return
         self.undone = True
         for tid, cpus in ((self.reader_tid, self.reader_cpus), (self.child_pid, self.child_cpus)):
+            if tid is None or cpus is None:
+                continue
             try:
                 os.sched_setaffinity(tid, cpus)
             except OSError:
                 pass  # the child may be gone already
 
 
-#: the placement in force, if any (guarded by _active_lock)
+#: placements in force (guarded by _active_lock)
 _placed: list[_Placement] = []
 
 
@@ -142,34 +149,50 @@ def _run_ends() -> None:
         _active[0] -= 1
 
 
-def _place(child: Child) -> _Placement | None:
-    """For a lone run whose reader may spin: keep the reader thread on the CPU it is on and the
-    child on the others, until the reader stops reading or another run starts. Left to itself
-    the scheduler tends to put the child on the reader's CPU (a pipe write is a "sync" wake-up:
-    the kernel expects the writer to sleep next), and two spinning readers sharing one CPU each
-    run at half speed. None where nothing was changed."""
-    if _sched_getcpu is None or not hasattr(os, "sched_setaffinity") or HOST_PERMITS.n < 1:
+def _can_place() -> bool:
+    return _sched_getcpu is not None and hasattr(os, "sched_setaffinity") and HOST_PERMITS.n >= 1
+
+
+def _place_child(child: Child) -> _Placement | None:
+    """A lone run: the child off the CPU this (the run's first) thread is on. None where
+    nothing was changed (concurrent runs, one CPU, not allowed)."""
+    if not _can_place():
         return None
     with _active_lock:
         if _active[0] != 1:
             return None  # concurrent runs: pinning them would only get in the load balancer's way
         try:
-            mine = os.sched_getaffinity(0)
             theirs = os.sched_getaffinity(child.pid)
-            cpu = _sched_getcpu()
-            if cpu < 0 or cpu not in mine or not theirs - {cpu}:
+            cpu = _sched_getcpu()  # type: ignore[misc]
+            if cpu < 0 or not theirs - {cpu}:
                 return None
-            os.sched_setaffinity(0, {cpu})
+            os.sched_setaffinity(child.pid, theirs - {cpu})
         except OSError:
             return None
-        placement = _Placement(threading.get_native_id(), mine, child.pid, theirs)
-        try:
-            os.sched_setaffinity(child.pid, theirs - {cpu})
-        except OSError:  # not allowed to, or already gone: leave both where the scheduler wants them
-            placement.undo()
-            return None
+        placement = _Placement(child.pid, theirs)
         _placed.append(placement)
         return placement
+
+
+def _place_reader(placement: _Placement | None) -> bool:
+    """From the first tool call on: this reader thread stays on the CPU it is on, the child on
+    the others. False where that is not done (the run is not alone, or was not placed)."""
+    if placement is None:
+        return False
+    with _active_lock:
+        if placement.undone or placement not in _placed:
+            return False  # another run started meanwhile
+        try:
+            mine = os.sched_getaffinity(0)
+            cpu = _sched_getcpu()  # type: ignore[misc]
+            if cpu < 0 or cpu not in mine or not placement.child_cpus - {cpu}:
+                return False
+            os.sched_setaffinity(0, {cpu})
+            placement.reader_tid, placement.reader_cpus = threading.get_native_id(), mine
+            os.sched_setaffinity(placement.child_pid, placement.child_cpus - {cpu})
+        except OSError:
+            return False
+        return True
 
 
 def _unplace(placement: _Placement | None) -> None:
@@ -433,13 +456,13 @@ class ScriptRun:
             if last:
                 child.close()
 
-        # no spinning for the first message: the child has a script to start first, and a
-        # spinning reader could keep it off the CPU the scheduler put it on
+        # no spinning unless the run is placed (see _Placement): a spinning reader could keep
+        # the child off the CPU the scheduler put it on
         state = _ReadState(PipeReader(child.rfd, permits=HOST_PERMITS, eager=False))
+        placement: _Placement | None = None
 
         def read_on() -> None:
-            placed = _place(child)
-            if placed is not None:
+            if _place_reader(placement):
                 state.reader.expect()  # on CPUs of their own: answers and calls come quickly
             try:
                 ended = self._read_loop(child, state, hand_off=False)
@@ -449,7 +472,6 @@ class ScriptRun:
                 log.exception("run_code: reading the script's process of %s failed", self.call_id)
                 box.append((None, f"the host failed reading it: {type(exc).__name__}"))
             finally:
-                _unplace(placed)
                 finished.set()
                 release()
 
@@ -457,10 +479,14 @@ class ScriptRun:
             start = {k: v for k, v in start.items() if k != "bindings"}  # it has them compiled
         _run_starts()  # paired with _run_ends() in the finally below
         try:
+            placement = _place_child(child)
+            if placement is not None:
+                start = {**start, "spin": True}  # it may poll for its first call's answer too
             self._send({"t": "start", **start})
             if meanwhile is not None:
                 meanwhile()
-            if FIRST_SPIN: state.reader.expect(FIRST_SPIN)
+            if placement is not None:
+                state.reader.expect(FIRST_SPIN)  # a short script's end comes within it
             # This thread reads until the script ends or makes its first tool call (a trivial
             # script, or one that only prints, costs no thread hop). Tool calls are answered by
             # a reader thread, which takes over the pipe here: this thread then waits for it
@@ -482,6 +508,7 @@ class ScriptRun:
                     final, violation = box[0]
         finally:
             _run_ends()
+            _unplace(placement)
             watchdog.cancel()
             status: int | None = None
             if final is not None and final.get("t") == "done" and not violation:

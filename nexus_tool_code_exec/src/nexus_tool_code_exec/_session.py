@@ -211,11 +211,18 @@ class SessionFiles:
         finally:
             if ahead is not None and self._maker is not None:
                 self._maker.give_back(ahead)
-            if self._maker is not None:
-                self._maker.make_next()  # for the next run, while this one goes on
 
     def finish(self, stdout: str, result_json: str | None, error: str | None, call_lines: list[str]) -> bool:
-        """Write the run's outcome into its files; False if they could not be made."""
+        """Write the run's outcome into its files; False if they could not be made. Then the
+        next run's folder is made (between runs: during one, the work would take CPU time and
+        wake-ups from it)."""
+        try:
+            return self._finish(stdout, result_json, error, call_lines)
+        finally:
+            if self._maker is not None:
+                self._maker.make_next()
+
+    def _finish(self, stdout: str, result_json: str | None, error: str | None, call_lines: list[str]) -> bool:
         folder, self._folder = self._folder, None
         if folder is None:
             return False
