@@ -294,12 +294,6 @@ class CodeExec:
         bindings_key = f"{id(self)}:{self.nexus.tools_version}"
         if isinstance(launcher, ZygoteLauncher):
             launcher.preload(bindings_key, bindings.source)
-        session = self._session_dir(call_id) if record else None
-        if record:
-            self.nexus.hook.nexus_code_exec_request(
-                request=CodeExecRequest(call_id=call_id, script=script,
-                                        session_dir=str(session) if session else None)
-            )
         run = ScriptRun(self.nexus, call_id, self.settings, frozenset(bindings.functions.values()),
                         emit_chunk=self._emit_chunk if record else (lambda chunk: None))
         start = {
@@ -316,11 +310,26 @@ class CodeExec:
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
         }
-        files = SessionFiles(session, self._folder_maker(session.parent)) if session else None
-        # the session folder and its files are made while the child starts the script: what is
-        # left for the end is writing into them
-        outcome = run.run(launcher, start, meanwhile=(lambda: files.open(script)) if files else None)
-        return self._finish(call_id, script, outcome, record, announced=True, files=files)
+        files: list[SessionFiles] = []
+        announced: list[bool] = []
+
+        def meanwhile() -> None:
+            """While the child starts the script: announce it, and make its session folder (the
+            end of the run then only writes into the folder's open files)."""
+            session = self._session_dir(call_id)
+            announced.append(True)
+            self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
+                call_id=call_id, script=script, session_dir=str(session) if session else None))
+            if session is not None:
+                files.append(SessionFiles(session, self._folder_maker(session.parent)))
+                files[0].open(script)
+
+        outcome = run.run(launcher, start, meanwhile=meanwhile if record else None)
+        if record and not announced:  # its process could not be started: announced all the same
+            session = self._session_dir(call_id)
+            self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
+                call_id=call_id, script=script, session_dir=str(session) if session else None))
+        return self._finish(call_id, script, outcome, record, announced=True, files=files[0] if files else None)
 
     def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool,
                 files: SessionFiles | None = None) -> Outcome:
