@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nexus_core import CodeExecChunk, CodeExecRequest, CodeExecResult, Nexus, ToolDef, hookimpl
+from nexus_core import CodeExecChunk, CodeExecRequest, CodeExecResult, Nexus, ToolCall, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES
 
@@ -206,6 +206,28 @@ def test_nexus_code_exec_result_reports_a_runtime_error(nx: Nexus, events: Event
 def test_nexus_code_exec_request_is_not_fired_for_a_rejected_script(nx: Nexus, events: Events) -> None:
     assert_error(run(nx, "import socket\n\ndef run(ctx):\n    return 1\n"), "script rejected:")
     assert [kind for kind, _ in events.log if kind in ("request", "stdout")] == []
+
+
+def test_a_script_whose_process_cannot_start_is_still_announced_then_answered(
+        nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_tool_code_exec import engine_for
+
+    events = Events()
+    nx = nexus_factory(plugins=[CE, events])
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))
+    launcher = engine_for(nx).launcher()
+
+    def broken() -> Any:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(launcher, "launch", broken)
+    events.log.clear()
+    result = nx.invoke(ToolCall(name="run_code", arguments={"script": "def run(ctx):\n    return 1\n"},
+                                id="call_nostart"))
+    assert_error(result, "runtime error: could not start the script's process: no processes left")
+    assert [kind for kind, _ in events.log] == ["request", "result"]  # no output, not even a final chunk
+    request = events.log[0][1]
+    assert request.call_id == "call_nostart" and request.session_dir.endswith("nexus.tool.code_exec/call_nostart")
 
 
 # -- the output cap -------------------------------------------------------------------------
