@@ -176,9 +176,18 @@ class _Deadlines:
         self._seq = 0
         self._thread: threading.Thread | None = None
 
+    #: cancelled entries wait in the heap until they reach its top; past this many, add() drops
+    #: them all (runs far shorter than their timeouts would otherwise pile them up)
+    COMPACT_AT = 256
+
     def add(self, deadline: float, dog: Watchdog) -> None:
         with self._cond:
             self._seq += 1
+            if len(self._heap) >= self.COMPACT_AT:
+                live = [entry for entry in self._heap if not entry[2].cancelled]
+                if len(live) < len(self._heap) // 2:
+                    heapq.heapify(live)
+                    self._heap = live
             heapq.heappush(self._heap, (deadline, self._seq, dog))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, daemon=True, name="run_code-deadlines")
