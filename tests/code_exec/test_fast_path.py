@@ -221,3 +221,35 @@ def _reader_threads() -> list[int]:
 
 def _affinity_of(tid: int) -> set[int]:
     return os.sched_getaffinity(tid)
+
+
+def test_a_child_taken_early_for_a_script_that_is_then_rejected_is_let_go(nexus_factory: NexusFactory) -> None:
+    """The child is taken (and woken) before the check; a rejected script leaves no process, no
+    run counted as going on (so the next lone run is placed again), and its spare replaced."""
+    nx = make(nexus_factory)
+    launcher = launcher_of(nx)
+    taken = held_spare_pid(launcher)
+    result = nx.invoke("run_code", {"script": "import socket\n\ndef run(ctx):\n    return 1\n"})
+    assert result.error is not None and result.error.startswith("script rejected:")
+    assert runner_module._active == [0] and runner_module._placed == []
+    assert wait_until(lambda: taken not in descendants(launcher.pid))  # let go, not left waiting
+    assert wait_until(lambda: len(launcher._spares) == SPARES and taken not in spare_pids(launcher))
+    assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
+
+
+def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
+        nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    nx = make(nexus_factory)
+    launcher = launcher_of(nx)
+    taken = held_spare_pid(launcher)
+
+    def broken(tree: Any) -> Any:
+        raise RuntimeError("the compiler broke")
+
+    monkeypatch.setattr(_child, "dump_code", broken)
+    result = nx.invoke("run_code", {"script": TRIVIAL})
+    assert result.error is not None and "the compiler broke" in result.error
+    assert runner_module._active == [0] and runner_module._placed == []
+    assert wait_until(lambda: taken not in descendants(launcher.pid))
+    monkeypatch.undo()
+    assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))

@@ -520,8 +520,12 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
     channel = Channel(rfd, wfd)
     try:
         stage = Stage(channel)
-        if start is None:
-            start = channel.read_message()
+        while start is None:
+            msg = channel.read_message()
+            if msg.get("t") == "wake":  # its script is on its way: poll for it a while
+                channel.expect(min(float(msg.get("spin") or 0), 20000.0) / 1e6)
+                continue
+            start = msg
         if start.get("spin"):
             # the host keeps this process off the CPU of the thread that reads it: polling
             # for the answers does not take their CPU (otherwise the waits turn polling on)

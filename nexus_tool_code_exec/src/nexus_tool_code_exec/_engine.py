@@ -32,7 +32,7 @@ from ._bindings import Bindings, generate
 from ._check import ScriptRejected, check_script, skill_module_name
 from ._launch import Launcher, SpawnLauncher
 from . import _child
-from ._runner import Outcome, ScriptRun, Settings
+from ._runner import EarlyChild, Outcome, ScriptRun, Settings, take_early
 from ._session import FolderMaker, SessionFiles, write_text
 from ._zygote import ZygoteLauncher
 
@@ -278,11 +278,23 @@ class CodeExec:
     def execute(self, script: str, call_id: str, *, record: bool = True) -> Outcome:
         """Check and run one script. With `record` (the tool's own calls), persist it and fire
         the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
+        # the child is taken (and woken) now, so that it wakes while the script is checked
+        early = take_early(self._launcher) if self._launcher is not None and not self.missing_required() else None
+        try:
+            return self._execute(script, call_id, record, early)
+        except BaseException:
+            if early is not None and not early.used:
+                early.abandon()
+            raise
+
+    def _execute(self, script: str, call_id: str, record: bool, early: EarlyChild | None) -> Outcome:
         skills = self.skill_helpers()
         try:
             tree = check_script(script, self.config["allowed_packages"], active_skills=skills,
                                 reject_threads=self.config["reject_threads"])
         except ScriptRejected as exc:
+            if early is not None:
+                early.abandon()
             return self._finish(call_id, script, Outcome(error=str(exc)), record, announced=False)
         missing = self.missing_required()
         if missing:
@@ -324,7 +336,7 @@ class CodeExec:
                 files.append(SessionFiles(session, self._folder_maker(session.parent)))
                 files[0].open(script)
 
-        outcome = run.run(launcher, start, meanwhile=meanwhile if record else None)
+        outcome = run.run(launcher, start, meanwhile=meanwhile if record else None, early=early)
         if record and not announced:  # its process could not be started: announced all the same
             session = self._session_dir(call_id)
             self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
