@@ -41,8 +41,11 @@ def launcher_of(nx: Nexus) -> ZygoteLauncher:
 
 
 def held_spare_pid(launcher: ZygoteLauncher) -> int:
-    """The spare the next run will take (the oldest one held, once all are there)."""
-    assert wait_until(lambda: len(launcher._spares) == SPARES), "the launcher does not hold its spares"
+    """The spare the next run will take: the oldest one held, once all are there and have the
+    current bindings (spares of older bindings are taken last, and dropped as new ones come)."""
+    assert wait_until(lambda: len(launcher._spares) == SPARES
+                      and all(sp.key == launcher._preloaded_key for sp in launcher._spares)), \
+        "the launcher does not hold its spares"
     return launcher._spares[0].pid
 
 
@@ -172,7 +175,7 @@ def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factor
         t.join(10)
 
 
-def test_the_start_message_carries_compiled_code_and_no_bindings_the_child_has(
+def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
         nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     starts: list[dict[str, Any]] = []
     original = runner_module.ScriptRun._send
@@ -193,7 +196,9 @@ def test_the_start_message_carries_compiled_code_and_no_bindings_the_child_has(
     assert result.output_structured["result"] == "hi"
     start = starts[-1]
     assert "bindings" not in start  # the spare compiled them in the zygote
-    assert start["code"]["magic"] and start["code"]["marshal"]
+    # a lone run's child was sent the source early and compiled it while the host checked it;
+    # otherwise the host sends the code it compiled
+    assert start.get("spin") is True and "code" not in start
 
 
 def test_code_for_another_bytecode_version_is_compiled_from_the_source() -> None:
@@ -243,13 +248,39 @@ def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
     launcher = launcher_of(nx)
     taken = held_spare_pid(launcher)
 
-    def broken(tree: Any) -> Any:
+    def broken(*args: Any) -> Any:
         raise RuntimeError("the compiler broke")
 
-    monkeypatch.setattr(_child, "dump_code", broken)
+    # after the check, before the run: the bindings are looked up
+    monkeypatch.setattr(type(engine_for(nx)), "bindings", broken)
     result = nx.invoke("run_code", {"script": TRIVIAL})
     assert result.error is not None and "the compiler broke" in result.error
     assert runner_module._active == [0] and runner_module._placed == []
     assert wait_until(lambda: taken not in descendants(launcher.pid))
     monkeypatch.undo()
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
+
+
+def test_a_child_runs_its_early_compiled_code_only_for_the_same_script() -> None:
+    r, w = os.pipe()
+    try:
+        stage = _child.Stage(_child.Channel(r, w))
+        stage.precompile("def run(ctx):\n    return 'early'\n")
+        module: dict[str, Any] = {}
+        exec(stage.code_for({"script": "def run(ctx):\n    return 'early'\n"}), module)
+        assert module["run"](None) == "early"
+        # another script (or one the host compiled and sent): never the early code
+        exec(stage.code_for({"script": "def run(ctx):\n    return 'other'\n"}), module)
+        assert module["run"](None) == "other"
+        import ast
+
+        sent = {"script": "def run(ctx):\n    return 'early'\n",
+                "code": _child.dump_code(ast.parse("def run(ctx):\n    return 'sent'\n"))}
+        exec(stage.code_for(sent), module)
+        assert module["run"](None) == "sent"
+        stage.precompile("def run(ctx):\n    return (\n")  # does not compile: left for the start
+        exec(stage.code_for({"script": "def run(ctx):\n    return 3\n"}), module)
+        assert module["run"](None) == 3
+    finally:
+        os.close(r)
+        os.close(w)

@@ -431,11 +431,29 @@ class Stage:
         self.finder = SkillHelpers({})
         self.module = types.ModuleType("__script__")
         self.module.__file__ = SCRIPT_FILENAME
+        self._compiled: tuple[str, types.CodeType] | None = None
         # the start message's way through this process, once, on a sample (made in the zygote):
         # its first pass through the JSON decoder, base64 and marshal costs ~0.3 ms of page
         # faults in a fresh fork, better paid while nobody waits
         sample = json.loads(_SAMPLE_START)
         exec(load_code(sample), types.ModuleType("__sample__").__dict__)
+
+    def precompile(self, script: Any) -> None:
+        """Compile the script the host said is coming, while the host checks it (it runs only
+        once the start message comes, which names the same script). A script that does not
+        compile is left for the start, where its error is reported as usual."""
+        if isinstance(script, str):
+            try:
+                self._compiled = (script, compile(script, SCRIPT_FILENAME, "exec", dont_inherit=True))
+            except Exception:  # noqa: BLE001 - the host's check reports it, or the start does
+                self._compiled = None
+
+    def code_for(self, start: dict[str, Any]) -> types.CodeType:
+        """The code of the start's script: compiled already from the same source, or loaded
+        from what the host sent."""
+        if self._compiled is not None and self._compiled[0] == start.get("script") and "code" not in start:
+            return self._compiled[1]
+        return load_code(start)
 
 
 def install_modules(start: dict[str, Any], stage: Stage) -> None:
@@ -488,7 +506,7 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     sys.stdout, sys.stderr = out, err
     try:
         install_modules(start, stage)
-        code = load_code(start)
+        code = stage.code_for(start)
         exec(code, module.__dict__)
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
@@ -522,8 +540,9 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
         stage = Stage(channel)
         while start is None:
             msg = channel.read_message()
-            if msg.get("t") == "wake":  # its script is on its way: poll for it a while
+            if msg.get("t") == "wake":  # its script is on its way: compile it, poll for the start
                 channel.expect(min(float(msg.get("spin") or 0), 20000.0) / 1e6)
+                stage.precompile(msg.get("script"))
                 continue
             start = msg
         if start.get("spin"):

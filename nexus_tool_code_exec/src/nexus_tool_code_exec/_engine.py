@@ -279,7 +279,8 @@ class CodeExec:
         """Check and run one script. With `record` (the tool's own calls), persist it and fire
         the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
         # the child is taken (and woken) now, so that it wakes while the script is checked
-        early = take_early(self._launcher) if self._launcher is not None and not self.missing_required() else None
+        early = (take_early(self._launcher, script)
+                 if self._launcher is not None and not self.missing_required() else None)
         try:
             return self._execute(script, call_id, record, early)
         except BaseException:
@@ -311,9 +312,6 @@ class CodeExec:
         start = {
             "call_id": call_id,
             "script": script,
-            # compiled here, from the tree the check parsed: the child only loads it (a fresh
-            # child compiles several times slower than this warm process, see _child.load_code)
-            "code": _child.dump_code(tree),
             "bindings": bindings.source,
             "bindings_key": bindings_key,
             "skills": skills,
@@ -322,6 +320,11 @@ class CodeExec:
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
         }
+        if early is None or not early.woken:
+            # compiled here, from the tree the check parsed: the child only loads it (a fresh
+            # child compiles several times slower than this warm process, see _child.load_code).
+            # A child woken early has compiled the source itself, while the host checked it.
+            start["code"] = _child.dump_code(tree)
         files: list[SessionFiles] = []
         announced: list[bool] = []
 

@@ -301,6 +301,7 @@ class EarlyChild:
 
     child: Child
     placement: _Placement | None
+    woken: bool = False  # it was sent the script's source, to compile while the host checks it
     used: bool = False  # a run took it over (and ends it)
 
     def abandon(self) -> None:
@@ -317,12 +318,14 @@ class EarlyChild:
 WAKE_SPIN = 0.003
 
 
-def take_early(launcher: Launcher) -> EarlyChild | None:
-    """Take a child for the next script now, while the host still checks and compiles it, and
-    tell it a script is coming: a process that has slept for a while takes 0.2-0.3 ms to wake
-    on a small VM, and this way it wakes while the host works. Only for a lone run, placed on
-    a CPU other than this thread's (a child polling on this thread's CPU would slow it down);
-    otherwise the child is taken when the script is ready, as usual. None: nothing taken."""
+def take_early(launcher: Launcher, script: str) -> EarlyChild | None:
+    """Take a child for `script` now, while the host still checks it, and tell it the script
+    is coming, with its source: a process that has slept for a while takes 0.2-0.3 ms to wake
+    on a small VM, so it wakes, and compiles the source, while the host checks it. Nothing of
+    the script runs before the host's start message, which comes only for a script that passed
+    its check (a rejected one's child is let go). Only for a lone run, placed on a CPU other
+    than this thread's (a child polling on this thread's CPU would slow it down); otherwise the
+    child is taken when the script is ready, as usual. None: nothing taken."""
     if not _can_place():
         return None
     with _active_lock:
@@ -337,10 +340,13 @@ def take_early(launcher: Launcher) -> EarlyChild | None:
     if placement is None:
         return EarlyChild(child, None)
     try:
-        os.write(child.wfd, b'{"t":"wake","spin":%d}\n' % int(WAKE_SPIN * 1e6))
+        message = (_encode({"t": "wake", "spin": int(WAKE_SPIN * 1e6), "script": script}) + "\n").encode()
+        view = memoryview(message)
+        while view:
+            view = view[os.write(child.wfd, view):]
     except OSError:
         pass  # it is gone: the run finds out
-    return EarlyChild(child, placement)
+    return EarlyChild(child, placement, woken=True)
 
 
 class ProtocolError(Exception):
