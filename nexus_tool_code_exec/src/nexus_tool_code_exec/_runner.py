@@ -326,8 +326,8 @@ def take_early(launcher: Launcher, script: str) -> EarlyChild | None:
     its check (a rejected one's child is let go). Only for a lone run, placed on a CPU other
     than this thread's (a child polling on this thread's CPU would slow it down); otherwise the
     child is taken when the script is ready, as usual. None: nothing taken."""
-    if not _can_place():
-        return None
+    if not _can_place() or getattr(launcher, "kind", "") != "zygote":
+        return None  # (a fresh interpreter takes ~30 ms to start: nothing to win, a spawn to waste)
     with _active_lock:
         if _active[0] != 0:
             return None
