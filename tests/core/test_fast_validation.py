@@ -85,3 +85,17 @@ def test_every_combination_of_small_values_agrees_on_a_typed_schema() -> None:
     for flag, mode in itertools.product(VALUES, VALUES):
         instance = {"flag": flag, "mode": mode}
         assert fast(instance) == full.is_valid(instance), instance
+
+
+def test_a_draft_3_schema_with_required_on_a_property_gets_a_clear_error_not_a_crash() -> None:
+    """Draft 3 writes `"required": true` on the property itself (later drafts list the names on
+    the object): a missing property is an invalid-arguments result, at the property's path."""
+    schema = {"$schema": "http://json-schema.org/draft-03/schema#", "type": "object",
+              "properties": {"x": {"type": "integer", "required": True}}}
+    tool = native_tool("t3", input_schema=schema, run=lambda a: "ok")
+    with Nexus(autoload=False, tools=[tool]) as nx:
+        missing = nx.invoke("t3", {})
+        assert missing.error_kind == "invalid_arguments"
+        assert missing.error == "invalid arguments for t3: x: required, but missing"
+        assert nx.invoke("t3", {"x": "no"}).error == "invalid arguments for t3: x: expected integer, got 'no'"
+        assert nx.invoke("t3", {"x": 1}).output == "ok"

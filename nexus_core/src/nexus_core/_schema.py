@@ -71,9 +71,11 @@ def describe_error(error: ValidationError) -> str:
         if isinstance(expected, list):
             expected = " or ".join(expected)
         return f"expected {expected}, got {short_repr(inst)}"
-    if v == "required":
+    if v == "required" and isinstance(value, list):
         missing = [r for r in value if isinstance(inst, dict) and r not in inst]
         return "missing required " + ", ".join(repr(m) for m in missing or value)
+    if v == "required":  # draft 3: `"required": true` on the property, the error at its path
+        return "required, but missing"
     if v == "additionalProperties":
         schema = error.schema
         extra = unknown_keys(schema, inst) if isinstance(inst, dict) and isinstance(schema, Mapping) else []
@@ -111,8 +113,9 @@ def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[t
                 key_path = [*path, str(key)]  # a key, even `1:` in YAML, is not a list index
                 lines.append((tuple(map(str, key_path)), f"{format_path(key_path, prefix)}: unknown key"))
             continue
-        if error.validator == "required" and isinstance(error.instance, dict):
-            for key in _keyword_value(error):
+        names = _keyword_value(error)
+        if error.validator == "required" and isinstance(error.instance, dict) and isinstance(names, list):
+            for key in names:
                 if key not in error.instance:
                     key_path = [*path, key]
                     lines.append((tuple(map(str, key_path)),
