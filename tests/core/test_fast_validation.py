@@ -99,3 +99,25 @@ def test_a_draft_3_schema_with_required_on_a_property_gets_a_clear_error_not_a_c
         assert missing.error == "invalid arguments for t3: x: required, but missing"
         assert nx.invoke("t3", {"x": "no"}).error == "invalid arguments for t3: x: expected integer, got 'no'"
         assert nx.invoke("t3", {"x": 1}).output == "ok"
+
+
+def test_arguments_nested_deeper_than_the_validator_can_walk_are_refused_not_raised() -> None:
+    """A recursive schema and arguments nested past the interpreter's recursion limit: jsonschema
+    gives up with RecursionError, which must become an invalid-arguments result, not escape."""
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/n"}},
+              "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}
+    deep: list[Any] = []
+    here = deep
+    for _ in range(5000):
+        inner: list[Any] = []
+        here.append(inner)
+        here = inner
+    calls: list[Any] = []
+    tool = native_tool("deep", input_schema=schema, run=lambda a: calls.append(a) or "ran")
+    with Nexus(autoload=False, tools=[tool]) as nx:
+        result = nx.invoke("deep", {"x": deep})
+        assert result.error_kind == "invalid_arguments"
+        assert result.error == ("invalid arguments for deep: they are nested too deeply to check against "
+                                "the tool's input schema")
+        assert calls == []  # the handler never saw them
+        assert nx.invoke("deep", {"x": [[], [[]]]}).output == "ran"  # shallow ones still go through

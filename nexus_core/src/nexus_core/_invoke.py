@@ -78,6 +78,19 @@ def _names(plugins: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
+def _check_arguments(validator: Any, arguments: Any) -> str:
+    """What is wrong with `arguments` for the tool's input schema ("" when nothing). Arguments
+    the validator cannot even walk (nesting deeper than the interpreter's recursion limit, on a
+    recursive schema) are refused too, rather than raising out of invoke."""
+    try:
+        errors = list(validator.iter_errors(arguments))
+        return "; ".join(text for _, text in explain(errors, prefix="")) if errors else ""
+    except RecursionError:
+        return "they are nested too deeply to check against the tool's input schema"
+    except Exception as exc:  # noqa: BLE001 - a validator bug must not take invoke down with it
+        log.exception("checking arguments against an input schema failed")
+        return f"they could not be checked against the tool's input schema ({type(exc).__name__}: {exc})"
+
 class Invoker:
     def __init__(self, nexus: Nexus, pm: NexusPluginManager, registry: ToolRegistry) -> None:
         self._nexus = nexus
@@ -99,9 +112,8 @@ class Invoker:
             return self._finish(call, refused)
 
         if validator is not None:
-            errors = list(validator.iter_errors(call.arguments))
-            if errors:
-                problems = "; ".join(text for _, text in explain(errors, prefix=""))
+            problems = _check_arguments(validator, call.arguments)
+            if problems:
                 result = error_result(call, f"invalid arguments for {call.name}: {problems}", "invalid_arguments")
                 return self._finish(call, result)
 
