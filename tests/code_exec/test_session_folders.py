@@ -13,7 +13,7 @@ import os
 import re
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,10 @@ from nexus_core import ToolCall, ToolDef
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import engine_for
 from nexus_tool_code_exec._session import FILES, PENDING_PREFIX, FolderMaker, SessionFiles, write_fd, write_text
+from proc_helpers import open_fds, wait_until
 
 CE = "nexus.tool.code_exec"
 SCRIPT = "def run(ctx):\n    return 1\n"
-
-
-def open_fds() -> list[str]:
-    return sorted(os.listdir("/proc/self/fd"))
 
 
 @pytest.fixture(autouse=True)
@@ -54,17 +51,9 @@ def maker(parent: Path) -> Iterator[FolderMaker]:
     m.close()
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the helper thread")
-        time.sleep(0.001)
-
-
 def ready(maker: FolderMaker) -> set[int]:
     """Wait for the maker's folder; its fds."""
-    wait_until(maker.held_fds)
+    assert wait_until(lambda: bool(maker.held_fds())), "the helper thread made no folder"
     return maker.held_fds()
 
 
@@ -388,7 +377,7 @@ def test_run_code_leaves_complete_folders_and_no_pending_one_after_close(
 
     engine = engine_for(nx)
     assert engine is not None
-    wait_until(lambda: held_pending_files(engine.held_fds()) == len(FILES))  # the next run's folder, made ahead
+    assert wait_until(lambda: held_pending_files(engine.held_fds()) == len(FILES))  # the next run's folder, made ahead
     [ahead] = pending(parent)
     assert names(ahead) == sorted(FILES)
 

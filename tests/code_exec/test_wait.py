@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from nexus_tool_code_exec._wait import HOST_PERMITS, SPIN_SECONDS, PipeReader, SpinPermits
+from proc_helpers import open_fds
 
 
 class Pipe:
@@ -53,9 +54,9 @@ class Pipe:
 
 @pytest.fixture(autouse=True)
 def no_fd_leaks() -> Iterator[None]:
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = open_fds()
     yield
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert open_fds() == before
 
 
 @pytest.fixture

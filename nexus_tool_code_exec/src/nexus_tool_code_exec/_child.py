@@ -15,6 +15,7 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import ast
 import base64
 import errno
 import importlib.abc
@@ -387,7 +388,7 @@ def load_code(start: dict[str, Any]) -> types.CodeType:
 
 _SAMPLE_START = json.dumps({
     "t": "start", "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
-    "code": dump_code(compile("def run(ctx):\n    return 1\n", SCRIPT_FILENAME, "exec", 0x400, True)),
+    "code": dump_code(ast.parse("def run(ctx):\n    return 1\n", SCRIPT_FILENAME)),
     "bindings_key": "", "skills": {}, "max_workers": 1, "max_output_bytes": 1, "max_result_bytes": 1, "timeout": 1,
 })
 

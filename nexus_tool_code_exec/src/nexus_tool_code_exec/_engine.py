@@ -325,26 +325,30 @@ class CodeExec:
             # child compiles several times slower than this warm process, see _child.load_code).
             # A child woken early has compiled the source itself, while the host checked it.
             start["code"] = _child.dump_code(tree)
-        files: list[SessionFiles] = []
-        announced: list[bool] = []
+        files: SessionFiles | None = None
+        announced = False
+
+        def announce() -> Path | None:
+            nonlocal announced
+            announced = True
+            session = self._session_dir(call_id)
+            self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
+                call_id=call_id, script=script, session_dir=str(session) if session else None))
+            return session
 
         def meanwhile() -> None:
             """While the child starts the script: announce it, and make its session folder (the
             end of the run then only writes into the folder's open files)."""
-            session = self._session_dir(call_id)
-            announced.append(True)
-            self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
-                call_id=call_id, script=script, session_dir=str(session) if session else None))
+            nonlocal files
+            session = announce()
             if session is not None:
-                files.append(SessionFiles(session, self._folder_maker(session.parent)))
-                files[0].open(script)
+                files = SessionFiles(session, self._folder_maker(session.parent))
+                files.open(script)
 
         outcome = run.run(launcher, start, meanwhile=meanwhile if record else None, early=early)
         if record and not announced:  # its process could not be started: announced all the same
-            session = self._session_dir(call_id)
-            self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
-                call_id=call_id, script=script, session_dir=str(session) if session else None))
-        return self._finish(call_id, script, outcome, record, announced=True, files=files[0] if files else None)
+            announce()
+        return self._finish(call_id, script, outcome, record, announced=True, files=files)
 
     def _finish(self, call_id: str, script: str, outcome: Outcome, record: bool, announced: bool,
                 files: SessionFiles | None = None) -> Outcome:

@@ -225,12 +225,12 @@ class Outcome:
     error: str | None = None
     #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
     call_lines: list[str] = attrs.field(factory=list)
+    duration: float = 0.0
 
     @property
     def calls(self) -> list[dict[str, Any]]:
         """The inner calls: id, name, arguments and result, as calls.jsonl has them."""
         return [json.loads(line) for line in self.call_lines]
-    duration: float = 0.0
 
 
 class _Streamer:
@@ -376,8 +376,7 @@ class ScriptRun:
         self._call_count = 0
         self._child: Child | None = None
         self._messages = 0  # messages read from the child
-        self._lost_before_start = False
-        self._retried = False
+        self._lost_before_start = False  # set by a run whose child died with its zygote (see run)
         # "done" carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -399,8 +398,7 @@ class ScriptRun:
                                 error=f"unknown tool: {name!r}", error_kind="unknown_tool")
         else:
             result = self.nexus.invoke(call)
-        # the child needs these five (only those set are sent); calls.jsonl keeps the whole
-        # result, turned into JSON only when the run is over
+        # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: dict[str, Any] = {"output": result.output}
         if result.error is not None:
             reply["error"] = result.error
@@ -617,8 +615,7 @@ class ScriptRun:
             (final is None and self._messages == 0)
             or (final is not None and final.get("kind") == "sandbox" and self._messages == 1))
         lost = getattr(launcher, "lost", None)
-        self._lost_before_start = never_started and not self._retried and lost is not None and lost()
-        self._retried = True
+        self._lost_before_start = never_started and lost is not None and lost()
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome

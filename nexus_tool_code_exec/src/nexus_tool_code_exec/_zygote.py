@@ -4,10 +4,9 @@ Host and zygote talk over a Unix socket pair (JSON lines, plus file descriptors 
 SCM_RIGHTS). The zygote keeps SPARES (two) children forked ahead of time: each with its own
 scratch folder and two pipes, already isolated (sandbox.enter), waiting for a script. It hands a
 spare's pipe ends to the host as soon as it has forked it, so a run takes a child without asking
-the zygote anything:
-it does not wait for a fork, for the sandbox to be set up, or for a message to go round. The host
-speaks the run_code protocol with the child directly, exactly as with a spawned child. The zygote
-stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
+the zygote anything: it does not wait for a fork, for the sandbox to be set up, or for a message
+to go round. The host speaks the run_code protocol with the child directly, exactly as with a
+spawned child. The zygote stays single-threaded (forking from a threaded process is unsafe, and a user namespace can only
 be entered by a single-threaded process); it reaps its children and reports how each ended.
 
 The zygote forks a spare's replacement once that spare has ended (its run is over: the host kills
@@ -319,8 +318,8 @@ class _HeldSpare:
     exit_future: Future[tuple[int, float | None]]
 
     def drop(self) -> None:
-        """Let it go unused: it reads EOF and exits, the zygote reaps it; its scratch folder
-        (below the zygote's scratch root) goes with the root."""
+        """Let it go unused: it reads EOF and exits, the zygote reaps it; its scratch folder is
+        removed now."""
         for fd in (self.host_read, self.host_write):
             try:
                 os.close(fd)
@@ -527,9 +526,9 @@ class ZygoteLauncher:
             return {fd for sp in self._spares for fd in (sp.host_read, sp.host_write)}
 
     def _take(self, sock: socket.socket) -> Child | None:
-        """The spare, if the host holds one or the zygote is about to send one (it forks the
-        next once a script has taken the last: back to back, the next run waits for that one
-        rather than ask for a second fork). None: ask for a fork."""
+        """A spare, if the host holds one or the zygote is about to send one (it forks one when
+        a spare's run is over: back to back, the next run waits for that one rather than ask for
+        a fork of its own). None: ask for a fork."""
         with self._lock:
             if not self._spares and self._coming > 0:
                 self._spare_came.wait_for(lambda: bool(self._spares) or self._coming == 0, timeout=SPARE_WAIT)
