@@ -18,10 +18,10 @@ pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {
-    "nexus-core": REPO / "nexus_core",
-    "nexus-tool-shell": REPO / "nexus_tool_shell",
-    "nexus-tool-file": REPO / "nexus_tool_file",
-    "nexus-tool-code-exec": REPO / "nexus_tool_code_exec",
+    "nexus-rt-core": REPO / "nexus_core",
+    "nexus-rt-tool-shell": REPO / "nexus_tool_shell",
+    "nexus-rt-tool-file": REPO / "nexus_tool_file",
+    "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
 }
 
 
@@ -74,7 +74,7 @@ class FreshVenv:
 
 @pytest.fixture
 def fresh_venv(tmp_path: Path, wheelhouse: Callable[[str | Path], Path]) -> Callable[..., FreshVenv]:
-    """`fresh_venv("nexus-core", "nexus-tool-shell", Path("examples/x"))` -> a FreshVenv with
+    """`fresh_venv("nexus-rt-core", "nexus-rt-tool-shell", Path("examples/x"))` -> a FreshVenv with
     wheels of exactly those packages installed (their dependencies from the package index)."""
 
     def make(*packages: str | Path) -> FreshVenv:

@@ -65,7 +65,7 @@ def test_bad_config_is_an_error_naming_the_key(nexus_factory: NexusFactory) -> N
 
 @pytest.mark.slow
 def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> None:
-    venv = fresh_venv("nexus-core", "nexus-tool-file")
+    venv = fresh_venv("nexus-rt-core", "nexus-rt-tool-file")
     tools = venv.run("nexus", "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
     listed = {line.split()[0]: line.split()[1] for line in tools.stdout.splitlines()}

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-UNITS = REPO / "examples" / "nexus-example-units"
-GATE = REPO / "examples" / "nexus-example-gate"
+UNITS = REPO / "examples" / "nexus-rt-example-units"
+GATE = REPO / "examples" / "nexus-rt-example-gate"
 
 
 @pytest.mark.slow
 def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, tmp_path: Path) -> None:
-    venv = fresh_venv("nexus-core", UNITS)
+    venv = fresh_venv("nexus-rt-core", UNITS)
 
     # The tool plugin alone: listed, callable, its argument errors and unknown tools explained.
     tools = venv.run("nexus", "tools", cwd=tmp_path)
@@ -51,7 +51,7 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
     # Add the gate. With no config it denies nothing; its config section sets the policy.
     venv.install(wheelhouse(GATE))
     plugins = venv.run("nexus", "plugins", cwd=tmp_path)
-    assert "nexus.example.gate  [active]  nexus-example-gate 0.1.0" in plugins.stdout, plugins.stdout
+    assert "nexus.example.gate  [active]  nexus-rt-example-gate 0.1.0" in plugins.stdout, plugins.stdout
     assert venv.run("nexus", "call", "convert", '{"value": 3, "from_unit": "mi", "to_unit": "km"}',
                     cwd=tmp_path).returncode == 0
 
@@ -82,7 +82,7 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
 
 
 def test_the_example_plugins_own_tests_pass_on_the_shipped_fixtures(tmp_path: Path) -> None:
-    """A plugin author's tests are a few lines on nexus-core's pytest11 fixtures: run them as the
+    """A plugin author's tests are a few lines on nexus-rt-core's pytest11 fixtures: run them as the
     author would, in a pytest of their own."""
     env = {**os.environ, "PYTHONPATH": str(UNITS / "src")}
     proc = subprocess.run(

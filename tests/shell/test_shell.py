@@ -260,7 +260,7 @@ def test_unknown_config_key_is_a_config_error(nexus_factory: NexusFactory) -> No
 
 @pytest.mark.slow
 def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> None:
-    venv = fresh_venv("nexus-core", "nexus-tool-shell")
+    venv = fresh_venv("nexus-rt-core", "nexus-rt-tool-shell")
     tools = venv.run("nexus", "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
     listed = {line.split()[0]: line.split()[1] for line in tools.stdout.splitlines()}

@@ -167,7 +167,7 @@ def cmd_skills(nx: Nexus, args: argparse.Namespace) -> int:
 def cmd_run(nx: Nexus, args: argparse.Namespace) -> int:
     """Run a script through run_code: its output streamed live, the result JSON printed last."""
     if nx.tool("run_code") is None:
-        raise UsageError("run_code is not available: install nexus-tool-code-exec (or activate "
+        raise UsageError("run_code is not available: install nexus-rt-tool-code-exec (or activate "
                          "nexus.tool.code_exec in plugins.active)")
     try:
         script = sys.stdin.read() if str(args.script) == "-" else Path(args.script).read_text(encoding="utf-8")
@@ -209,7 +209,7 @@ def cmd_doctor(nx: Nexus, args: argparse.Namespace) -> int:
 
     from . import __version__
 
-    print(f"nexus-core {__version__} on Python {platform.python_version()} ({sys.executable})")
+    print(f"nexus-rt-core {__version__} on Python {platform.python_version()} ({sys.executable})")
     print(f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs")
     print(f"workspace: {nx.config.workspace}")
     status = EXIT_OK

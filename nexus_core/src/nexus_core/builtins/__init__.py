@@ -1,1 +1,1 @@
-"""Core built-in plugins, each an entry point of nexus-core."""
+"""Core built-in plugins, each an entry point of nexus-rt-core."""

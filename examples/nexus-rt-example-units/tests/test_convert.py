@@ -1,4 +1,4 @@
-"""The plugin's own tests, on the fixtures nexus-core ships for plugin authors (pytest11)."""
+"""The plugin's own tests, on the fixtures nexus-rt-core ships for plugin authors (pytest11)."""
 
 import nexus_example_units
 from nexus_core.testing import assert_error, assert_ok
