@@ -19,6 +19,7 @@ import pytest
 
 import nexus_core
 from nexus_core import hookspecs
+from nexus_core._plugins import ENTRY_POINT_GROUP
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -76,7 +77,7 @@ def test_package_has_py_typed_and_declares_its_plugins(folder: str) -> None:
     root = REPO / folder
     assert (root / "src" / package / "py.typed").is_file(), f"{folder}: no src/{package}/py.typed"
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    entry_points = project.get("entry-points", {}).get(nexus_core.ENTRY_POINT_GROUP, {})
+    entry_points = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
     assert set(entry_points) >= plugin_ids, f"{folder}: missing nexus.plugins entry points"
     for plugin_id, target in entry_points.items():
         module = target.split(":")[0]

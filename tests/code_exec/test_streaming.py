@@ -28,6 +28,8 @@ class Events:
     def __init__(self) -> None:
         self.log: list[tuple[str, Any]] = []
         self.lock = threading.Lock()
+        #: what the `peek` tool saw of the chunks, each time a script called it
+        self.seen_by_peek: list[list[str]] = []
 
     @hookimpl
     def nexus_code_exec_request(self, request: CodeExecRequest) -> None:
@@ -56,7 +58,7 @@ class Events:
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Events]]:
     root = tmp_path_factory.mktemp("streaming")
     events = Events()
-    seen_by_peek: list[list[str]] = []
+    seen_by_peek = events.seen_by_peek
 
     def peek(arguments: dict[str, Any]) -> str:
         seen_by_peek.append([c.data for c in events.chunks()])
@@ -67,14 +69,13 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Ev
                                                # sys, for print(..., file=sys.stderr)
                                                "allowed_packages": [*DEFAULT_ALLOWED_PACKAGES, "sys"]}}}
     with Nexus.from_config(config, plugins=[events], tools=[ToolDef(name="peek", handler=peek)]) as nx:
-        nx.plugin_state("test")["peek"] = seen_by_peek
         yield nx, events
 
 
 @pytest.fixture
 def events(shared: tuple[Nexus, Events]) -> Events:
     shared[1].log.clear()
-    shared[0].plugin_state("test")["peek"].clear()
+    shared[1].seen_by_peek.clear()
     return shared[1]
 
 
@@ -136,7 +137,7 @@ def test_nexus_code_exec_stdout_final_chunk_comes_once_and_last(nx: Nexus, event
 
 def test_nexus_code_exec_stdout_streams_while_the_script_runs(nx: Nexus, events: Events) -> None:
     assert_ok(run(nx, "import tools\n\ndef run(ctx):\n    print('before the call')\n    tools.peek()\n    print('after')\n"))
-    seen = nx.plugin_state("test")["peek"]
+    seen = events.seen_by_peek
     assert seen == [["before the call\n"]]  # the observer had it while the script was still running
     assert events.data() == ["before the call\n", "after\n"]
 

@@ -38,10 +38,12 @@ class FakePlugins:
         self.modules: list[str] = []
         self._count = 0
 
-    def add(self, plugin_id: str, source: str = "", *, target: str | None = None, dist: str | None = None) -> str:
-        """Install plugin `plugin_id` whose module has `source` (dedented). `target` points the
-        entry point elsewhere instead (e.g. at a module that does not exist). Returns the
-        module name, unique to this test so no other test's import is reused."""
+    def add(self, plugin_id: str, source: str = "", *, target: str | None = None, dist: str | None = None,
+            attr: str | None = None) -> str:
+        """Install plugin `plugin_id` whose module has `source` (dedented); the entry point names
+        the module, or `module:attr` (a class or factory in it). `target` points the entry point
+        elsewhere instead (e.g. at a module that does not exist). Returns the module name,
+        unique to this test so no other test's import is reused."""
         self._count += 1
         module = f"fake_nexus_plugin_{self._tag}_{self._count}"
         (self.root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
@@ -51,7 +53,8 @@ class FakePlugins:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n", encoding="utf-8")
         (info / "entry_points.txt").write_text(
-            f"[{ENTRY_POINT_GROUP}]\n{plugin_id} = {target or module}\n", encoding="utf-8"
+            f"[{ENTRY_POINT_GROUP}]\n{plugin_id} = {target or (f'{module}:{attr}' if attr else module)}\n",
+            encoding="utf-8",
         )
         importlib.invalidate_caches()  # importlib.metadata caches each folder's listing
         return module

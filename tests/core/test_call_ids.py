@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from nexus_core import ToolCall, new_call_id
+from nexus_core import ToolCall
+from nexus_core._models import new_call_id
 
 ID = re.compile(r"call_[0-9a-f]{24}")
 PREFIX = len("call_") + 16  # the random part; the 8 hex digits after it count

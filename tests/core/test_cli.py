@@ -84,7 +84,8 @@ def test_call_with_invalid_arguments_says_which_and_exits_1(nexus: RunNexus) -> 
 
 def test_call_of_an_unknown_tool_exits_1(nexus: RunNexus) -> None:
     proc = nexus("call", "ehco", "{}")
-    assert (proc.returncode, proc.stderr) == (1, "error: unknown tool: 'ehco'\n")
+    assert (proc.returncode, proc.stderr) == (
+        1, "error: unknown tool: 'ehco' (did you mean 'echo'?)\nnexus: `nexus tools` lists the tools\n")
 
 
 def test_call_of_a_failing_tool_exits_1_and_json_shows_the_whole_result(nexus: RunNexus) -> None:
@@ -167,7 +168,7 @@ def test_config_comes_from_the_env_var_when_not_given(nexus: RunNexus, project: 
 
 def test_bad_usage_exits_2_and_help_exits_0(nexus: RunNexus) -> None:
     proc = nexus("call")
-    assert proc.returncode == 2 and "the following arguments are required: tool" in proc.stderr
+    assert proc.returncode == 2 and "Missing argument 'TOOL'" in proc.stderr
     help_ = nexus("--help")
     assert help_.returncode == 0 and "call" in help_.stdout and "plugins" in help_.stdout
 

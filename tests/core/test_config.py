@@ -12,7 +12,8 @@ import pluggy
 import pytest
 from nexus_core._config import close_schema
 
-from nexus_core import ConfigError, Nexus, hookimpl, load_config
+from nexus_core import ConfigError, Nexus, hookimpl
+from nexus_core._config import load_config
 
 if TYPE_CHECKING:
     from conftest import FakePlugins

@@ -25,10 +25,9 @@ from nexus_core import (
     WireError,
     from_json,
     hookspecs,
-    structure,
     to_json,
-    unstructure,
 )
+from nexus_core._converter import structure, unstructure
 
 SAMPLES: list[Any] = [
     ToolCall(name="shell", arguments={"command": "ls", "env": {"A": "1"}}, id="c1", parent_call_id="c0",
@@ -148,7 +147,10 @@ def test_every_hookspec_is_annotated_and_documented(name: str) -> None:
     for param in sig.parameters.values():
         assert param.annotation is not inspect.Parameter.empty, f"{name}({param.name}) is not annotated"
     # the annotations name real types (they are strings under `from __future__ import annotations`)
-    namespace = {**vars(nexus_core), **vars(typing), "Nexus": nexus_core.Nexus}
+    import click
+
+    public = {n: getattr(nexus_core, n) for n in nexus_core.__all__}  # the package loads them lazily
+    namespace = {**public, **vars(typing), "click": click}
     typing.get_type_hints(spec, globalns=vars(hookspecs), localns=namespace)
 
 

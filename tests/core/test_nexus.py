@@ -162,21 +162,25 @@ def test_after_close_invoke_is_an_error_result_and_register_raises() -> None:
         nx.register(Lifecycle("late", []))
 
 
-def test_nexus_configure_gets_the_nexus_and_plugin_state_is_per_nexus() -> None:
+def test_nexus_configure_gets_the_nexus_and_a_plugin_object_registered_twice_is_configured_twice() -> None:
     class Counter:
         NEXUS_PLUGIN_ID = "counter"
 
+        def __init__(self) -> None:
+            self.configured: list[Nexus] = []
+
         @hookimpl
         def nexus_configure(self, nexus: Nexus) -> None:
-            nexus.plugin_state("counter")["n"] = nexus.plugin_state("counter").get("n", 0) + 1
+            self.configured.append(nexus)
 
     plugin = Counter()
     with Nexus(autoload=False, plugins=[plugin]) as one, Nexus(autoload=False) as two:
         two.register(plugin)
         two.unregister("counter")
         two.register(plugin)
-        assert one.plugin_state("counter") == {"n": 1} and two.plugin_state("counter") == {"n": 2}
-        assert one.plugin_state("other", list) == [] and one.plugin_state("other") is one.plugin_state("other")
+        assert plugin.configured == [one, two, two]
+        assert one.plugin("counter") is plugin and two.plugin("counter") is plugin
+        assert one.plugin("nothing") is None
 
 
 def test_failures_is_a_copy() -> None:

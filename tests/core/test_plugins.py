@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 import pytest
 
-from nexus_core import ENTRY_POINT_GROUP, Nexus, hookimpl, native_tool
+from nexus_core import Nexus, hookimpl, native_tool
+from nexus_core._plugins import ENTRY_POINT_GROUP
 
 if TYPE_CHECKING:
     from conftest import FakePlugins

@@ -81,17 +81,18 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
     assert f"{core_typo}:2: workspaces: unknown key" in wrong.stderr
 
 
-def test_the_example_plugins_own_tests_pass_on_the_shipped_fixtures(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("example", "tests"), [(UNITS, 3), (GATE, 3)], ids=["units", "gate"])
+def test_the_example_plugins_own_tests_pass_on_the_shipped_fixtures(example: Path, tests: int, tmp_path: Path) -> None:
     """A plugin author's tests are a few lines on nexus-rt-core's pytest11 fixtures: run them as the
     author would, in a pytest of their own."""
-    env = {**os.environ, "PYTHONPATH": str(UNITS / "src")}
+    env = {**os.environ, "PYTHONPATH": str(example / "src")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(UNITS),
-         str(UNITS / "tests")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(example),
+         str(example / "tests")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 passed" in proc.stdout
+    assert f"{tests} passed" in proc.stdout
 
 
 def test_the_demo_runs_on_the_installed_defaults() -> None:

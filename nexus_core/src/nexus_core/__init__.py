@@ -1,62 +1,116 @@
 """Nexus: a plugin framework for LLM tool use, on pluggy and entry points.
 
 This module is the public surface; everything else in the package is private and may move.
+Names are imported on first use (PEP 562), so `from nexus_core import hookimpl` in a plugin, or
+the `nexus` command line starting up, does not pay for JSON Schema, YAML and cattrs.
 """
 
-from ._config import ConfigError, NexusConfig, load_config
-from ._converter import WireError, converter, from_json, structure, to_json, unstructure
-from ._models import (
-    CallContext,
-    CodeExecChunk,
-    CodeExecRequest,
-    CodeExecResult,
-    Rewrite,
-    SkillContent,
-    ToolCall,
-    ToolDef,
-    ToolResult,
-    Veto,
-    new_call_id,
-)
-from ._native import execute, native_tool, sanitize, tool, toolkit
-from ._nexus import Nexus
-from ._plugins import ENTRY_POINT_GROUP, PluginFailure, PluginInfo
-from ._registry import ToolRegistrationError
-from ._results import failure, normalize_result, success
-from .adapters import format_tool_result, parse_tool_call, parse_tool_calls
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .hookspecs import hookimpl, hookspec
-from .skills import (
-    SkillError,
-    SkillProblem,
-    SkillSet,
-    UnknownSkillError,
-    activate_skill,
-    active_skills,
-    deactivate_skill,
-    list_skills,
-    skill_problems,
-    skill_set,
-    skills_prompt,
-)
 
 __version__ = "0.1.0"
 
+#: public name -> the private module that defines it
+_LAZY: dict[str, str] = {
+    "ConfigError": "._config",
+    "WireError": "._converter",
+    "converter": "._converter",
+    "from_json": "._converter",
+    "to_json": "._converter",
+    "CallContext": "._models",
+    "CodeExecChunk": "._models",
+    "CodeExecRequest": "._models",
+    "CodeExecResult": "._models",
+    "Rewrite": "._models",
+    "SkillContent": "._models",
+    "ToolCall": "._models",
+    "ToolDef": "._models",
+    "ToolResult": "._models",
+    "Veto": "._models",
+    "execute": "._native",
+    "native_tool": "._native",
+    "sanitize": "._native",
+    "tool": "._native",
+    "toolkit": "._native",
+    "Nexus": "._nexus",
+    "ToolRegistrationError": "._registry",
+    "failure": "._results",
+    "normalize_result": "._results",
+    "success": "._results",
+    "format_tool_result": ".adapters",
+    "parse_tool_call": ".adapters",
+    "parse_tool_calls": ".adapters",
+    "SkillProblem": ".skills",
+    "UnknownSkillError": ".skills",
+    "activate_skill": ".skills",
+    "active_skills": ".skills",
+    "deactivate_skill": ".skills",
+    "list_skills": ".skills",
+    "skill_problems": ".skills",
+    "skill_set": ".skills",
+    "skills_prompt": ".skills",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nexus_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from ._config import ConfigError
+    from ._converter import WireError, converter, from_json, to_json
+    from ._models import (
+        CallContext,
+        CodeExecChunk,
+        CodeExecRequest,
+        CodeExecResult,
+        Rewrite,
+        SkillContent,
+        ToolCall,
+        ToolDef,
+        ToolResult,
+        Veto,
+    )
+    from ._native import execute, native_tool, sanitize, tool, toolkit
+    from ._nexus import Nexus
+    from ._registry import ToolRegistrationError
+    from ._results import failure, normalize_result, success
+    from .adapters import format_tool_result, parse_tool_call, parse_tool_calls
+    from .skills import (
+        SkillProblem,
+        UnknownSkillError,
+        activate_skill,
+        active_skills,
+        deactivate_skill,
+        list_skills,
+        skill_problems,
+        skill_set,
+        skills_prompt,
+    )
+
 __all__ = [
-    "ENTRY_POINT_GROUP",
     "CallContext",
     "CodeExecChunk",
     "CodeExecRequest",
     "CodeExecResult",
     "ConfigError",
     "Nexus",
-    "NexusConfig",
-    "PluginFailure",
-    "PluginInfo",
     "Rewrite",
     "SkillContent",
-    "SkillError",
     "SkillProblem",
-    "SkillSet",
     "ToolCall",
     "ToolDef",
     "ToolRegistrationError",
@@ -75,9 +129,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "list_skills",
-    "load_config",
     "native_tool",
-    "new_call_id",
     "normalize_result",
     "parse_tool_call",
     "parse_tool_calls",
@@ -85,10 +137,8 @@ __all__ = [
     "skill_problems",
     "skill_set",
     "skills_prompt",
-    "structure",
     "success",
     "to_json",
     "tool",
     "toolkit",
-    "unstructure",
 ]

@@ -7,14 +7,18 @@ the file and line. Plugin sections are checked later, against the schema each pl
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import yaml
 
 from ._schema import SchemaError, apply_defaults, compile_schema, explain, format_path
+
+if TYPE_CHECKING:  # YAML is imported when a config file is read, not at start-up
+    import yaml
+    from jsonschema.protocols import Validator
 
 CORE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -35,7 +39,12 @@ CORE_SCHEMA: dict[str, Any] = {
         },
     },
 }
-_CORE_VALIDATOR = compile_schema(CORE_SCHEMA)
+
+
+@functools.cache
+def _core_validator() -> Validator:
+    return compile_schema(CORE_SCHEMA)
+
 RESERVED_PLUGIN_KEYS = frozenset({"active", "blocked"})
 
 
@@ -149,6 +158,8 @@ def _line_map(
 ) -> dict[tuple[str, ...], int]:
     """The line of every key path in the YAML; a key given twice in one mapping (which YAML
     loaders silently resolve to the last) is added to `duplicates` as (path, first, again)."""
+    import yaml
+
     lines = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
@@ -195,6 +206,12 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
+        except UnicodeDecodeError as exc:
+            line = path.read_bytes()[: exc.start].count(b"\n") + 1
+            raise ConfigError([f"{origin}:{line}: the config is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+                               f"at offset {exc.start}); save it as UTF-8"], origin) from None
+        import yaml
+
         try:
             node = yaml.compose(text)
             data = yaml.safe_load(text)
@@ -220,7 +237,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         raise ConfigError([f"{where}config must be a mapping of keys, got {type(data).__name__}"], origin)
     data = _empty_sections_as_dicts(dict(data))
 
-    errors = list(_CORE_VALIDATOR.iter_errors(data))
+    errors = list(_core_validator().iter_errors(data))
     if errors:
         explained = sorted(explain(errors), key=lambda e: _nearest(lines, e[0]))  # file order
         raise ConfigError(

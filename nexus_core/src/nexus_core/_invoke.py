@@ -19,9 +19,10 @@ Result gates follow the same rules with a replacement `ToolResult` in place of a
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -91,6 +92,12 @@ def _check_arguments(validator: Any, arguments: Any) -> str:
         log.exception("checking arguments against an input schema failed")
         return f"they could not be checked against the tool's input schema ({type(exc).__name__}: {exc})"
 
+def unknown_tool_message(name: str, known: Iterable[str]) -> str:
+    """`unknown tool: 'raed' (did you mean 'read'?)`."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6) if len(name) <= 200 else []
+    return f"unknown tool: {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
 class Invoker:
     def __init__(self, nexus: Nexus, pm: NexusPluginManager, registry: ToolRegistry) -> None:
         self._nexus = nexus
@@ -103,8 +110,7 @@ class Invoker:
     def invoke_call(self, call: ToolCall, context: Mapping[str, Any] | None = None, answer: Any = None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
-            result = error_result(call, f"unknown tool: {call.name!r}", "unknown_tool")
-            return self._finish(call, result)
+            return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
 
         call, refused = self._gate_call(call, tool)
@@ -140,6 +146,10 @@ class Invoker:
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
         return self._finish(call, result)
+
+    def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
+        """An error result for a call that is not run, through the result gates and observers."""
+        return self._finish(call, error_result(call, error, kind))
 
     # -- gates ------------------------------------------------------------------------------
 

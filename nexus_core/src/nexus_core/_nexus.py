@@ -16,7 +16,7 @@ import pluggy
 
 from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
-from ._models import ToolCall, ToolDef, ToolResult
+from ._models import ErrorKind, ToolCall, ToolDef, ToolResult
 from ._plugins import (
     Phase,
     PluginFailure,
@@ -24,8 +24,10 @@ from ._plugins import (
     call_for_plugin,
     describe_exception,
     installed_entry_points,
+    instantiate,
     load_entry_point,
     new_plugin_manager,
+    plugin_id_of,
     register_checked,
     select_entry_points,
 )
@@ -70,7 +72,7 @@ class Nexus:
         self._dists: dict[str, tuple[str | None, str | None]] = {}
         self._closed = False
         self._lock = threading.Lock()
-        self._data: dict[str, Any] = {}
+        self._skills: Any = None
         self._sections: dict[str, dict[str, Any]] = {}
         #: plugins whose nexus_configure was called, in order: the ones nexus_shutdown is owed to
         self._started: list[str] = []
@@ -102,7 +104,7 @@ class Nexus:
         self._skipped = skipped
         for ep in chosen:
             self._dists[ep.name] = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
-            failure = load_entry_point(self._pm, ep)
+            failure = load_entry_point(self._pm, ep, self)
             if failure is not None:
                 self._report(failure)
         return {ep.name for ep in chosen} | {s.name for s in skipped}
@@ -119,11 +121,17 @@ class Nexus:
                     ("plugins", "active", str(i)),
                     f"plugins.active[{i}]: no installed plugin is called {name!r}{_did_you_mean(name, installed)}",
                 ))
+        passed_in = sorted(set(self._plugin_names()) - installed)
         for name in self.config.plugin_sections:
             if name not in known:
+                hint = _did_you_mean(name, known)
+                if passed_in and not hint:
+                    # the guide's pattern: a plugin module handed in by a test or a host
+                    hint = (f"; the plugins passed in go by {', '.join(map(repr, passed_in))}: a plugin "
+                            "object takes its id from its NEXUS_PLUGIN_ID attribute, else from the "
+                            "installed entry point that names it, else from its module or class name")
                 problems.append(self.config.problem(
-                    ("plugins", name),
-                    f"plugins.{name}: no installed plugin is called {name!r}{_did_you_mean(name, known)}",
+                    ("plugins", name), f"plugins.{name}: no installed plugin is called {name!r}{hint}",
                 ))
         if problems:
             raise ConfigError(problems, self.config.source)
@@ -153,14 +161,15 @@ class Nexus:
             log.exception("plugin %r raised in nexus_shutdown", name)
 
     def _pm_register_host(self, plugin: object, name: str | None = None) -> str:
+        """Register a plugin the host passed in (a class or factory is called first, once, for
+        this Nexus); returns the name it goes by."""
         if name is None:
-            base = (getattr(plugin, "NEXUS_PLUGIN_ID", None) or getattr(plugin, "__name__", None)
-                    or type(plugin).__name__)
-            name, n = str(base), 1
+            base = plugin_id_of(plugin)
+            name, n = base, 1
             while self._pm.has_plugin(name):
                 n += 1
                 name = f"{base}#{n}"
-        register_checked(self._pm, plugin, name)
+        register_checked(self._pm, instantiate(plugin, self), name)
         return name
 
     def _start_plugins(self, names: list[str], strict: Collection[str] = frozenset()) -> None:
@@ -224,7 +233,8 @@ class Nexus:
         return self._sections.get(plugin, {})
 
     def register(self, plugin: object, name: str | None = None) -> str:
-        """Add a plugin object (a module, class instance, anything with hookimpls) or a tool.
+        """Add a plugin (a module or object with hookimpls, or a class or factory that is called
+        once to make this Nexus's plugin object) or a tool.
 
         A plugin is validated (a hookimpl that matches no hook is an error), configured from
         `plugins.<name>` and asked for its tools; any failure raises, and leaves the plugin
@@ -267,6 +277,11 @@ class Nexus:
     def check_pending(self) -> None:
         """Raise `pluggy.PluginValidationError` if any registered hookimpl matches no hook."""
         self._pm.check_pending()
+
+    def plugin(self, name: str) -> Any:
+        """The plugin object registered under `name` (for an entry point naming a class: this
+        Nexus's instance of it), or None."""
+        return self._pm.get_plugin(name)
 
     @property
     def hook(self) -> pluggy.HookRelay:
@@ -343,6 +358,13 @@ class Nexus:
             return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
         return self._invoker.invoke_call(call, context=context, answer=answer)
 
+    def refuse(self, call: ToolCall, error: str, kind: ErrorKind = "failure") -> ToolResult:
+        """Answer `call` with an error without running it, as a front end does for a call it
+        will not make (run_code: a script's call to a tool it was not given, or past its call
+        limit). The result takes the result gates and observers like every other result, so an
+        audit sees refusals too."""
+        return self._invoker.refuse(call, error, kind)
+
     def schemas(self, format: str = "openai") -> Any:
         """The tools in an LLM provider's format: "openai", "anthropic", "gemini" or "mcp"."""
         from .adapters import to_provider_schemas
@@ -351,12 +373,12 @@ class Nexus:
 
     # -- plugin data and lifecycle ----------------------------------------------------------
 
-    def plugin_state(self, plugin: str, factory: Any = dict) -> Any:
-        """A per-Nexus place for a plugin's state (so one plugin module can serve many Nexus)."""
+    def _skill_set(self, make: Callable[[], Any]) -> Any:
+        """This Nexus's skills (`nexus_core.skills.skill_set`), made on first use."""
         with self._lock:
-            if plugin not in self._data:
-                self._data[plugin] = factory()
-            return self._data[plugin]
+            if self._skills is None:
+                self._skills = make()
+            return self._skills
 
     def close(self) -> None:
         """Shut the started plugins down, last started first (each one's error is logged; the

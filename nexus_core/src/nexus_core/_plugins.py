@@ -1,8 +1,11 @@
 """Finding, loading and checking plugins.
 
-Plugins are entry points in the group `nexus.plugins` (entry name = plugin id). Each is loaded on
-its own: one that fails to import, fails pluggy's validation, names a hook that does not exist,
-or raises while configuring is recorded as a `PluginFailure` and left out; the rest keep working.
+Plugins are entry points in the group `nexus.plugins` (entry name = plugin id). An entry point
+names a module of hookimpls, or a class (or a factory function) that each `Nexus` calls once to
+make its own plugin object, so the plugin's state and configuration belong to that Nexus. Each is
+loaded on its own: one that fails to import or to be made, fails pluggy's validation, names a hook
+that does not exist, or raises while configuring is recorded as a `PluginFailure` and left out;
+the rest keep working.
 
 Environment switches (pytest and tox have the same three):
 - `NEXUS_DISABLE_PLUGIN_AUTOLOAD=1`: load no entry point unless `plugins.active` names it.
@@ -40,7 +43,7 @@ ENV_DISABLE_AUTOLOAD = "NEXUS_DISABLE_PLUGIN_AUTOLOAD"
 ENV_BLOCK = "NEXUS_BLOCK_PLUGINS"
 ENV_TRACE = "NEXUS_TRACE_HOOKS"
 
-Phase = Literal["import", "validate", "config", "configure", "register_tools"]
+Phase = Literal["import", "create", "validate", "config", "configure", "register_tools"]
 
 
 @attrs.frozen
@@ -298,14 +301,116 @@ def select_entry_points(
     return chosen, skipped
 
 
-def load_entry_point(pm: pluggy.PluginManager, ep: EntryPoint) -> PluginFailure | None:
-    """Import and register one entry point; a failure is returned, not raised."""
+def _takes_nexus(factory: Callable[..., Any]) -> bool | None:
+    """Whether `factory` is called with the Nexus: True when it has a required positional
+    parameter or one named `nexus`, False when it takes nothing, None when it needs more."""
     try:
-        plugin = ep.load()
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it bare
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.default is p.empty and p.kind in
+                (*positional, inspect.Parameter.KEYWORD_ONLY)]
+    if not required:
+        return any(p.name == "nexus" for p in parameters)
+    if len(required) == 1 and (required[0].kind in positional or required[0].name == "nexus"):
+        return True
+    return None
+
+
+def is_factory(obj: object) -> bool:
+    """A class, or a function that makes a plugin object; a module or an object is used as is."""
+    return inspect.isclass(obj) or inspect.isfunction(obj) or isinstance(obj, functools.partial)
+
+
+def instantiate(obj: Any, nexus: Any) -> Any:
+    """The plugin object one Nexus registers for `obj`: a module or a plugin object as it is; a
+    class or factory called once, with the Nexus when it takes an argument (`cls(nexus)`,
+    `factory(nexus)`), else with none. Raises TypeError naming the signature it cannot call."""
+    if not is_factory(obj):
+        return obj
+    takes = _takes_nexus(obj)
+    name = getattr(obj, "__qualname__", repr(obj))
+    if takes is None:
+        bare = inspect.signature(obj).replace(return_annotation=inspect.Signature.empty)
+        bare = bare.replace(parameters=[p.replace(annotation=p.empty) for p in bare.parameters.values()])
+        raise TypeError(f"cannot make a plugin from {name}{bare}: a plugin class or factory takes "
+                        "no argument, or one (the Nexus)")
+    plugin = obj(nexus) if takes else obj()
+    if plugin is None:
+        raise TypeError(f"plugin factory {name} returned None, not a plugin object")
+    return plugin
+
+
+def entry_point_for(obj: object) -> EntryPoint | None:
+    """The installed `nexus.plugins` entry point that names `obj` (a module, a class, a factory,
+    or an instance of a class an entry point names), if there is one."""
+    if inspect.ismodule(obj):
+        target = obj.__name__
+    elif is_factory(obj):
+        target = f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
+    else:
+        cls = type(obj)
+        target = f"{cls.__module__}:{cls.__qualname__}"
+    for ep in installed_entry_points():
+        if ep.value.replace(" ", "") == target:
+            return ep
+    return None
+
+
+def plugin_id_of(obj: object) -> str:
+    """The id a plugin object goes by (and its config section): its `NEXUS_PLUGIN_ID`, else the
+    name of the installed entry point that names it, else its module's or class's name."""
+    declared = getattr(obj, "NEXUS_PLUGIN_ID", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    ep = entry_point_for(obj)
+    if ep is not None:
+        return ep.name
+    if inspect.ismodule(obj) or is_factory(obj):
+        return str(getattr(obj, "__name__", None) or repr(obj))
+    return type(obj).__name__
+
+
+def static_hookimpl(obj: object, hook: str) -> Callable[..., Any] | None:
+    """The implementation of `hook` that can be called on an entry point's object itself, before
+    any Nexus exists (for process-wide hooks such as `nexus_register_commands`): a module's
+    function, a class's staticmethod or classmethod, an object's method. None when `obj` has
+    no hookimpl of that name (a factory function cannot have one). A class whose hookimpl is a
+    plain method, which needs an instance, is a TypeError saying how to declare it."""
+    marker = f"{hookspecs.PROJECT}_impl"
+    if inspect.isclass(obj):
+        raw = inspect.getattr_static(obj, hook, None)
+        if raw is None:
+            return None
+        function = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        if not hasattr(function, marker):
+            return None
+        if not isinstance(raw, (staticmethod, classmethod)):
+            raise TypeError(f"{obj.__qualname__}.{hook} is called before any Nexus (so without an "
+                            "instance): make it a @staticmethod (above @hookimpl)")
+        return getattr(obj, hook)
+    if is_factory(obj):
+        return None
+    function = getattr(obj, hook, None)
+    return function if callable(function) and hasattr(function, marker) else None
+
+
+def load_entry_point(pm: pluggy.PluginManager, ep: EntryPoint, nexus: Any) -> PluginFailure | None:
+    """Import one entry point, make this Nexus's plugin object from it, and register that; a
+    failure is returned, not raised."""
+    try:
+        loaded = ep.load()
     except BaseException as exc:  # a plugin's import may raise anything, SystemExit included
         if isinstance(exc, KeyboardInterrupt):
             raise
         return PluginFailure(ep.name, "import", describe_exception(exc), traceback.format_exc())
+    try:
+        plugin = instantiate(loaded, nexus)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return PluginFailure(ep.name, "create", describe_exception(exc), traceback.format_exc())
     try:
         register_checked(pm, plugin, ep.name)
     except Exception as exc:

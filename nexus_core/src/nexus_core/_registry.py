@@ -155,3 +155,6 @@ class ToolRegistry:
 
     def tools(self) -> list[ToolDef]:
         return [e.tool for e in self._entries.values()]
+
+    def names(self) -> list[str]:
+        return list(self._entries)

@@ -8,9 +8,21 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-import jsonschema
-from jsonschema.exceptions import SchemaError, ValidationError
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # jsonschema itself is imported when the first schema is compiled
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
+
+
+class SchemaError(Exception):
+    """A schema that is not valid JSON Schema: `message` says why, `absolute_path` where (the
+    keys from the schema's top). jsonschema's own SchemaError is its `__cause__`."""
+
+    def __init__(self, message: str, absolute_path: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.absolute_path = list(absolute_path)
 
 _JSON_TYPE_NAMES = {
     dict: "object",
@@ -28,8 +40,13 @@ def compile_schema(schema: dict[str, Any]) -> Validator:
 
     Raises `SchemaError` when the schema itself is invalid.
     """
+    import jsonschema
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls.check_schema(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise SchemaError(exc.message, exc.absolute_path) from exc
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 

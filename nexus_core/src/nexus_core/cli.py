@@ -1,54 +1,446 @@
-"""The `nexus` command line.
+"""The `nexus` command line, on click (as llm and datasette are).
 
 Exit status: 0 on success, 1 when the tool or script failed, 2 for bad usage or bad config.
 Config comes from `--config FILE`, else `$NEXUS_CONFIG`, else `./nexus.yaml` when it exists.
+
+The core's commands are below; plugins add theirs through `nexus_register_commands(cli)` (called
+once, when the command line starts, on each installed plugin's entry-point object). A command
+that needs the configured Nexus takes it with `@pass_nexus`. The global options `--config` and
+`--workspace` are accepted before the command and after it, by every command, plugins' included.
+
+Start-up stays cheap: this module imports click and the hook markers only; the Nexus, its config
+(YAML, JSON Schema) and the tools are imported when a command runs.
 """
 
 from __future__ import annotations
 
-import argparse
+import difflib
+import functools
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._config import ConfigError
-from ._converter import unstructure
-from ._models import CodeExecChunk, ToolCall
-from ._nexus import Nexus
-from ._plugins import call_for_plugin, describe_exception
-from .hookspecs import hookimpl
-from .adapters import FORMATS
+import click
+
+if TYPE_CHECKING:
+    from ._models import ToolDef, ToolResult
+    from ._nexus import Nexus
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DOCS_URL = "docs/index.md in the Nexus repository (docs/cli.md for this command line)"
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class UsageError(Exception):
-    """Bad usage: exits 2 with the message."""
+class UsageError(click.UsageError):
+    """Bad usage found by a command (not by the parser): exits 2, printing `nexus: <message>`."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"nexus: {self.format_message()}", err=True)
 
 
-def _config_source(args: argparse.Namespace) -> str | None:
-    if args.config:
-        return str(args.config)
-    env = os.environ.get("NEXUS_CONFIG")
-    if env:
-        return env
-    return "nexus.yaml" if Path("nexus.yaml").is_file() else None
+# -- the state every command shares ---------------------------------------------------------
 
 
-def _open(args: argparse.Namespace) -> Nexus:
-    nx = Nexus.from_config(_config_source(args), workspace=args.workspace)
+class CliState:
+    """The global options of one `nexus` invocation, and the Nexus they describe (opened on
+    first use by `pass_nexus`, closed when the command ends)."""
+
+    def __init__(self) -> None:
+        self.config: Path | None = None
+        self.workspace: Path | None = None
+        #: plugin id -> settings laid over its config section (a command's own options, such as
+        #: `nexus run --timeout`), set before the Nexus is opened
+        self.plugin_settings: dict[str, dict[str, Any]] = {}
+        self._nexus: Nexus | None = None
+
+    def config_source(self) -> str | None:
+        if self.config is not None:
+            return str(self.config)
+        env = os.environ.get("NEXUS_CONFIG")
+        if env:
+            return env
+        return "nexus.yaml" if Path("nexus.yaml").is_file() else None
+
+    def open(self, ctx: click.Context) -> Nexus:
+        if self._nexus is None:
+            self._nexus = open_nexus(self.config_source(), self.workspace, self.plugin_settings)
+            ctx.call_on_close(self._close)
+        return self._nexus
+
+    def _close(self) -> None:
+        if self._nexus is not None:
+            nexus, self._nexus = self._nexus, None
+            nexus.close()
+
+
+def open_nexus(config: str | None, workspace: Path | None = None,
+               plugin_settings: dict[str, dict[str, Any]] | None = None) -> Nexus:
+    """The Nexus a command runs with; plugins that failed to load are reported on stderr.
+    Raises ConfigError for bad config, UsageError for a workspace that is not a folder."""
+    from ._config import ConfigError, load_config
+    from ._nexus import Nexus
+
+    cfg = load_config(config)
+    for plugin, settings in (plugin_settings or {}).items():
+        cfg.plugin_sections[plugin] = {**(cfg.plugin_sections.get(plugin) or {}), **settings}
+    if workspace is not None:
+        cfg.workspace = workspace.resolve()
+    if not cfg.workspace.is_dir():
+        what = "is not a folder" if cfg.workspace.exists() else "does not exist"
+        if workspace is not None:
+            raise UsageError(f"--workspace {workspace}: {cfg.workspace} {what}")
+        raise ConfigError([cfg.problem(("workspace",), f"workspace: {cfg.workspace} {what}")], cfg.source)
+    nx = Nexus(cfg)
     for failure in nx.failures:
-        print(f"nexus: warning: plugin {failure.name!r} failed ({failure.phase}): {failure.error}", file=sys.stderr)
+        click.echo(f"nexus: warning: plugin {failure.name!r} failed ({failure.phase}): {failure.error}", err=True)
     return nx
+
+
+def pass_nexus(command: F) -> F:
+    """Decorate a command's function to receive the configured `Nexus` as its first argument.
+    The Nexus is built from the global options when the command runs, and closed after it; a
+    config error exits 2 with every problem listed. For plugins' commands, too."""
+
+    @functools.wraps(command)
+    def with_nexus(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        state = ctx.ensure_object(CliState)
+        return command(state.open(ctx), *args, **kwargs)
+
+    return with_nexus  # type: ignore[return-value]
+
+
+def _store_global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None:
+        setattr(ctx.ensure_object(CliState), param.name or "", value)
+    return value
+
+
+def _global_options() -> list[click.Option]:
+    return [
+        click.Option(["--config"], type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     expose_value=False, is_eager=True, callback=_store_global,
+                     help="A YAML config file (default: $NEXUS_CONFIG, else ./nexus.yaml when it exists)."),
+        click.Option(["--workspace"], type=click.Path(path_type=Path), metavar="DIR",
+                     expose_value=False, is_eager=True, callback=_store_global,
+                     help="The folder the file and shell tools may touch (overrides the config's)."),
+    ]
+
+
+def _with_global_options(command: click.Command) -> click.Command:
+    """Let `--config` and `--workspace` follow the command too (`nexus tools --config x.yaml`),
+    for subcommands of plugins' groups as well."""
+    if getattr(command, "_nexus_globals", False):
+        return command
+    names = {opt for p in command.params for opt in getattr(p, "opts", [])}
+    command.params.extend(o for o in _global_options() if not names & set(o.opts))
+    command._nexus_globals = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_global_options(sub)
+    return command
+
+
+class NexusGroup(click.Group):
+    """The `nexus` group: plugins' commands added at start, the global options on every command,
+    and "did you mean" for a mistyped command."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        return _with_global_options(command) if command is not None else None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and super().get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"no command {name!r}{hint}; `nexus --help` lists the commands", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+EPILOG = f"""\b
+Examples:
+  nexus tools                                  list the tools
+  nexus call shell '{{"command": "echo hi"}}'     call one through the gates
+  nexus --config agent.yaml plugins            what is installed, and what failed
+
+\b
+Documentation: {DOCS_URL}"""
+
+
+@click.group(cls=NexusGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=_version(), prog_name="nexus", message="%(prog)s (nexus-rt-core) %(version)s")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              expose_value=False, is_eager=True, callback=_store_global,
+              help="A YAML config file (default: $NEXUS_CONFIG, else ./nexus.yaml when it exists).")
+@click.option("--workspace", type=click.Path(path_type=Path), metavar="DIR",
+              expose_value=False, is_eager=True, callback=_store_global,
+              help="The folder the file and shell tools may touch (overrides the config's).")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Nexus: plugins and tools for LLM tool use.
+
+    Every command builds a Nexus from the config and the installed plugins, exactly as Python's
+    `Nexus.from_config` does, so a call made here meets the same gates as a model's.
+    """
+    ctx.ensure_object(CliState)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _dump(value: Any) -> None:
+    from ._converter import unstructure
+
+    click.echo(json.dumps(unstructure(value), indent=2, ensure_ascii=False))
+
+
+def print_result(result: ToolResult, as_json: bool = False) -> int:
+    """Print a tool's result as the CLI does (output on stdout, `error: ...` on stderr, or the
+    whole result as JSON) and return the exit status it means."""
+    if as_json:
+        _dump(result)
+    elif result.is_error:
+        click.echo(f"error: {result.error}", err=True)
+    else:
+        out = result.output
+        click.echo(out, nl=not out.endswith("\n"))
+    return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def _argument_lines(schema: dict[str, Any]) -> list[str]:
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    lines = []
+    for name, prop in properties.items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type", "any")
+        kind = " | ".join(kind) if isinstance(kind, list) else str(kind)
+        if "enum" in prop:
+            kind = " | ".join(json.dumps(v) for v in prop["enum"])
+        facts = ["required"] if name in required else []
+        if "default" in prop:
+            facts.append(f"default {json.dumps(prop['default'])}")
+        head = f"  {name} ({kind}{', ' if facts else ''}{', '.join(facts)})"
+        description = (prop.get("description") or "").strip()
+        lines.append(head)
+        if description:
+            lines.extend(f"      {line}" for line in description.splitlines())
+    return lines or ["  (none)"]
+
+
+def _show_tool(tool: ToolDef) -> None:
+    click.echo(f"{tool.name}  ({tool.plugin or 'registered by the host'})\n")
+    click.echo(tool.description.strip() or "(no description)")
+    click.echo("\nArguments:")
+    for line in _argument_lines(tool.input_schema or {}):
+        click.echo(line)
+    if tool.output_schema:
+        click.echo("\nResult fields:")
+        for line in _argument_lines(tool.output_schema):
+            click.echo(line)
+    click.echo(f"\nCall it: nexus call {tool.name} '{{...}}'")
+
+
+def _unknown_tool(nx: Nexus, name: str) -> str:
+    close = difflib.get_close_matches(name, [t.name for t in nx.tools()], n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"no tool {name!r}{hint}; `nexus tools` lists the tools"
+
+
+@cli.command("tools", epilog="""\b
+Examples:
+  nexus tools              one line per tool
+  nexus tools read         the read tool's description and arguments
+  nexus tools --json       every definition, schemas included""")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print full tool definitions as JSON.")
+@pass_nexus
+def cmd_tools(nx: Nexus, name: str | None, as_json: bool) -> int:
+    """List the registered tools, or show one: its description, arguments and result fields."""
+    if name is not None:
+        tool = nx.tool(name)
+        if tool is None:
+            raise UsageError(_unknown_tool(nx, name))
+        if as_json:
+            _dump(tool)
+        else:
+            _show_tool(tool)
+        return EXIT_OK
+    tools = nx.tools()
+    if as_json:
+        _dump(tools)
+        return EXIT_OK
+    if not tools:
+        click.echo("no tools registered (nexus plugins shows what is installed)")
+        return EXIT_OK
+    width = max(len(t.name) for t in tools)
+    for t in tools:
+        click.echo(f"{t.name:<{width}}  {t.plugin or '(host)':<22}  {_first_line(t.description)}")
+    return EXIT_OK
+
+
+def _parse_arguments(text: str) -> dict[str, Any]:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"ARGS_JSON must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+@cli.command("call", epilog="""\b
+Examples:
+  nexus call shell '{"command": "ls"}'
+  echo '{"path": "README.md"}' | nexus call read -
+  nexus call read '{"path": "x"}' --json     the whole result, errors included""")
+@click.argument("tool")
+@click.argument("args_json", metavar="ARGS_JSON", default="{}")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@pass_nexus
+def cmd_call(nx: Nexus, tool: str, args_json: str, as_json: bool) -> int:
+    """Call TOOL through the gates and print its output. ARGS_JSON is a JSON object ('-' reads
+    stdin; default {}). Exits 1 when the tool fails."""
+    arguments = _parse_arguments(args_json)
+    result = nx.invoke(tool, arguments)
+    status = print_result(result, as_json)
+    if result.error_kind == "unknown_tool" and not as_json:
+        click.echo("nexus: `nexus tools` lists the tools", err=True)
+    return status
+
+
+@cli.command("plugins", epilog="""\b
+Examples:
+  nexus plugins            active, inactive, blocked and failed plugins
+  nexus plugins -v         with each one's hooks, and failure tracebacks""")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Show hooks and failure tracebacks.")
+@pass_nexus
+def cmd_plugins(nx: Nexus, as_json: bool, verbose: bool) -> int:
+    """List plugins: active ones with their tools, then inactive, blocked and failed ones."""
+    infos = nx.plugins()
+    if as_json:
+        _dump(infos)
+        return EXIT_OK
+    for info in infos:
+        dist = f"{info.distribution} {info.version}" if info.distribution else "(registered by the host)"
+        click.echo(f"{info.name}  [{info.status}]  {dist}")
+        if info.tools:
+            click.echo(f"    tools: {', '.join(info.tools)}")
+        if verbose and info.hooks:
+            click.echo(f"    hooks: {', '.join(info.hooks)}")
+        if info.error:
+            click.echo(f"    error: {info.error}")
+    if verbose:
+        for failure in nx.failures:
+            click.echo(f"\n--- {failure.name} ({failure.phase}) ---\n{failure.detail}")
+    return EXIT_OK
+
+
+@cli.command("schemas", epilog="""\b
+Examples:
+  nexus schemas                      OpenAI Chat Completions tools
+  nexus schemas --format anthropic   Anthropic Messages tools""")
+@click.option("--format", "fmt", default="openai", show_default=True, metavar="FORMAT",
+              help="openai, anthropic, gemini, mcp, or another format the adapters name.")
+@pass_nexus
+def cmd_schemas(nx: Nexus, fmt: str) -> int:
+    """Print the tool schemas in an LLM provider's format."""
+    from .adapters import FORMATS
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    click.echo(json.dumps(nx.schemas(fmt), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+@cli.command("skills", epilog="""\b
+Example:
+  nexus --config agent.yaml skills""")
+@click.option("--json", "as_json", is_flag=True, help="Print skills and problems as JSON.")
+@pass_nexus
+def cmd_skills(nx: Nexus, as_json: bool) -> int:
+    """List the skills found (name, description, folder); broken ones on stderr."""
+    from ._converter import unstructure
+    from .skills import skill_set
+
+    skills = skill_set(nx)
+    found, problems = skills.all(), skills.problems
+    for problem in problems:
+        click.echo(f"nexus: broken skill: {problem}", err=True)
+    if as_json:
+        click.echo(json.dumps({"skills": [{"name": s.name, "description": s.description, "path": s.path}
+                                          for s in found],
+                               "problems": unstructure(problems)}, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if not found:
+        folders = ", ".join(str(f) for f in skills.folders) or "(none configured)"
+        click.echo(f"no skills found in: {folders}")
+        return EXIT_OK
+    width = max(len(s.name) for s in found)
+    for s in found:
+        click.echo(f"{s.name:<{width}}  {_first_line(s.description)}  ({s.path})")
+    return EXIT_OK
+
+
+@cli.command("doctor", epilog="""\b
+Example:
+  nexus doctor      exits 1 when a plugin reports a requirement that is not met""")
+@pass_nexus
+def cmd_doctor(nx: Nexus) -> int:
+    """Show what this machine gives each plugin (run_code: each sandbox layer, and why not)."""
+    import platform
+
+    from ._plugins import call_for_plugin, describe_exception
+
+    click.echo(f"nexus-rt-core {_version()} on Python {platform.python_version()} ({sys.executable})")
+    click.echo(f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs")
+    click.echo(f"workspace: {nx.config.workspace}")
+    status = EXIT_OK
+    for failure in nx.failures:
+        click.echo(f"error: plugin {failure.name} failed ({failure.phase}): {failure.error}")
+        status = EXIT_FAILED
+    pm = nx.plugin_manager
+    for plugin_name, _ in pm.list_name_plugin():
+        try:
+            reports = call_for_plugin(pm, "nexus_doctor", plugin_name, nexus=nx)
+        except Exception as exc:
+            reports = [[f"error: its nexus_doctor raised {describe_exception(exc)}"]]
+        lines = [str(line) for report in reports for line in report]
+        if not lines:
+            continue
+        click.echo(f"\n{plugin_name}:")
+        for line in lines:
+            click.echo(f"  {line}")
+            if line.startswith("error:"):
+                status = EXIT_FAILED
+    return status
+
+
+# -- plugins' commands ----------------------------------------------------------------------
 
 
 class _StderrErrors(logging.Handler):
     """Errors the library logs (an observer or a shutdown that raised) on stderr. Warnings about
-    failed plugins are not repeated: `_open` reports those itself."""
+    failed plugins are not repeated: `open_nexus` reports those itself."""
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
@@ -67,236 +459,103 @@ def _log_errors_to_stderr() -> None:
         logger.addHandler(_StderrErrors())
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+_commands_added = False
 
 
-# -- commands -------------------------------------------------------------------------------
+def add_plugin_commands(group: click.Group) -> list[str]:
+    """Call `nexus_register_commands(cli=group)` on every installed plugin's entry-point object
+    (the environment switches apply). Returns warnings, one per plugin that raised or declares
+    the hook where it cannot be called without a Nexus; a plugin that fails to import is left to
+    the Nexus, which reports it when it loads."""
+    from ._plugins import describe_exception, select_entry_points, static_hookimpl
 
-
-def cmd_tools(nx: Nexus, args: argparse.Namespace) -> int:
-    tools = nx.tools()
-    if args.json:
-        print(json.dumps(unstructure(tools), indent=2))
-        return EXIT_OK
-    if not tools:
-        print("no tools registered (nexus plugins shows what is installed)")
-        return EXIT_OK
-    width = max(len(t.name) for t in tools)
-    for t in tools:
-        print(f"{t.name:<{width}}  {t.plugin or '(host)':<22}  {_first_line(t.description)}")
-    return EXIT_OK
-
-
-def _parse_arguments(text: str) -> dict[str, Any]:
-    if text == "-":
-        text = sys.stdin.read()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"ARGS_JSON must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def print_result(result: Any, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(unstructure(result), indent=2, ensure_ascii=False))
-    elif result.is_error:
-        print(f"error: {result.error}", file=sys.stderr)
-    else:
-        out = result.output
-        print(out, end="" if out.endswith("\n") else "\n")
-    return EXIT_FAILED if result.is_error else EXIT_OK
-
-
-def cmd_call(nx: Nexus, args: argparse.Namespace) -> int:
-    arguments = _parse_arguments(args.args_json)
-    result = nx.invoke(args.tool, arguments)
-    return print_result(result, args.json)
-
-
-def cmd_plugins(nx: Nexus, args: argparse.Namespace) -> int:
-    infos = nx.plugins()
-    if args.json:
-        print(json.dumps(unstructure(infos), indent=2))
-        return EXIT_OK
-    for info in infos:
-        dist = f"{info.distribution} {info.version}" if info.distribution else "(registered by the host)"
-        print(f"{info.name}  [{info.status}]  {dist}")
-        if info.tools:
-            print(f"    tools: {', '.join(info.tools)}")
-        if args.verbose and info.hooks:
-            print(f"    hooks: {', '.join(info.hooks)}")
-        if info.error:
-            print(f"    error: {info.error}")
-    if args.verbose:
-        for failure in nx.failures:
-            print(f"\n--- {failure.name} ({failure.phase}) ---\n{failure.detail}")
-    return EXIT_OK
-
-
-def cmd_schemas(nx: Nexus, args: argparse.Namespace) -> int:
-    print(json.dumps(nx.schemas(args.format), indent=2, ensure_ascii=False))
-    return EXIT_OK
-
-
-def cmd_skills(nx: Nexus, args: argparse.Namespace) -> int:
-    from .skills import skill_set
-
-    skills = skill_set(nx)
-    found, problems = skills.all(), skills.problems
-    for problem in problems:
-        print(f"nexus: broken skill: {problem}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"skills": [{"name": s.name, "description": s.description, "path": s.path}
-                                     for s in found],
-                          "problems": unstructure(problems)}, indent=2, ensure_ascii=False))
-        return EXIT_OK
-    if not found:
-        folders = ", ".join(str(f) for f in skills.folders) or "(none configured)"
-        print(f"no skills found in: {folders}")
-        return EXIT_OK
-    width = max(len(s.name) for s in found)
-    for s in found:
-        print(f"{s.name:<{width}}  {_first_line(s.description)}  ({s.path})")
-    return EXIT_OK
-
-
-def cmd_run(nx: Nexus, args: argparse.Namespace) -> int:
-    """Run a script through run_code: its output streamed live, the result JSON printed last."""
-    if nx.tool("run_code") is None:
-        raise UsageError("run_code is not available: install nexus-rt-tool-code-exec (or activate "
-                         "nexus.tool.code_exec in plugins.active)")
-    try:
-        script = sys.stdin.read() if str(args.script) == "-" else Path(args.script).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.script}: {exc.strerror or exc}") from None
-    call = ToolCall(name="run_code", arguments={"script": script})
-
-    class LiveOutput:
-        @hookimpl
-        def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
-            if chunk.call_id == call.id and chunk.data:
-                stream = sys.stderr if chunk.stream == "stderr" else sys.stdout
-                stream.write(chunk.data)
-                stream.flush()
-
-    printer = LiveOutput()
-    name = nx.register(printer, name="nexus.cli.live-output")
-    try:
-        result = nx.invoke(call)
-    finally:
-        nx.unregister(name)
-    structured = result.output_structured if isinstance(result.output_structured, dict) else {}
-    if structured.get("stdout") and not structured["stdout"].endswith("\n"):
-        print()
-    if structured.get("stdout_truncated"):
-        print("nexus: output truncated at max_output_bytes", file=sys.stderr)
-    if args.json:
-        print(json.dumps(unstructure(result), indent=2, ensure_ascii=False))
-    elif result.is_error:
-        print(f"error: {result.error}", file=sys.stderr)
-    else:
-        print(json.dumps(structured.get("result"), indent=2, ensure_ascii=False))
-    return EXIT_FAILED if result.is_error else EXIT_OK
-
-
-def cmd_doctor(nx: Nexus, args: argparse.Namespace) -> int:
-    """What this machine gives each plugin: for run_code, each sandbox layer and what a run costs."""
-    import platform
-
-    from . import __version__
-
-    print(f"nexus-rt-core {__version__} on Python {platform.python_version()} ({sys.executable})")
-    print(f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs")
-    print(f"workspace: {nx.config.workspace}")
-    status = EXIT_OK
-    for failure in nx.failures:
-        print(f"error: plugin {failure.name} failed ({failure.phase}): {failure.error}")
-        status = EXIT_FAILED
-    pm = nx.plugin_manager
-    for plugin_name, _ in pm.list_name_plugin():
+    warnings = []
+    chosen, _ = select_entry_points(None, ())
+    for ep in chosen:
         try:
-            reports = call_for_plugin(pm, "nexus_doctor", plugin_name, nexus=nx)
-        except Exception as exc:
-            reports = [[f"error: its nexus_doctor raised {describe_exception(exc)}"]]
-        lines = [str(line) for report in reports for line in report]
-        if not lines:
+            obj = ep.load()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             continue
-        print(f"\n{plugin_name}:")
-        for line in lines:
-            print(f"  {line}")
-            if line.startswith("error:"):
-                status = EXIT_FAILED
-    return status
+        try:
+            hook = static_hookimpl(obj, "nexus_register_commands")
+        except TypeError as exc:
+            warnings.append(f"plugin {ep.name!r}: {exc}")
+            continue
+        if hook is None:
+            continue
+        before = set(group.commands)
+        try:
+            hook(cli=group)
+        except Exception as exc:
+            for name in set(group.commands) - before:  # half-added commands would fail later
+                del group.commands[name]
+            warnings.append(f"plugin {ep.name!r} raised in nexus_register_commands: {describe_exception(exc)}")
+    return warnings
 
 
-COMMANDS: dict[str, Callable[[Nexus, argparse.Namespace], int]] = {
-    "tools": cmd_tools,
-    "call": cmd_call,
-    "plugins": cmd_plugins,
-    "schemas": cmd_schemas,
-    "skills": cmd_skills,
-    "run": cmd_run,
-    "doctor": cmd_doctor,
-}
+def build_cli() -> click.Group:
+    """The `nexus` group with every installed plugin's commands added (once per process)."""
+    global _commands_added
+    if not _commands_added:
+        _commands_added = True
+        for warning in add_plugin_commands(cli):
+            click.echo(f"nexus: warning: {warning}", err=True)
+    return cli
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nexus", description="Nexus: plugins and tools for LLM tool use.")
-    parser.add_argument("--config", type=Path, help="a YAML config file (default: $NEXUS_CONFIG or ./nexus.yaml)")
-    parser.add_argument("--workspace", type=Path, help="the folder file and shell tools may touch")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
-    p = sub.add_parser("tools", help="list the registered tools")
-    p.add_argument("--json", action="store_true", help="print full tool definitions as JSON")
-
-    p = sub.add_parser("call", help="call a tool through the gates and print its output")
-    p.add_argument("tool", help="the tool's name")
-    p.add_argument("args_json", nargs="?", default="{}", metavar="ARGS_JSON", help="the arguments as a JSON object ('-' reads stdin)")
-    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
-
-    p = sub.add_parser("plugins", help="list plugins: active, inactive, blocked and failed")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-v", "--verbose", action="store_true", help="show hooks and failure tracebacks")
-
-    p = sub.add_parser("schemas", help="print the tool schemas in a provider's format")
-    p.add_argument("--format", default="openai", choices=FORMATS)
-
-    p = sub.add_parser("skills", help="list the skills found (name, description, folder); broken ones on stderr")
-    p.add_argument("--json", action="store_true", help="print skills and problems as JSON")
-
-    p = sub.add_parser("run", help="run a Python script through run_code, streaming its output")
-    p.add_argument("script", metavar="SCRIPT.py", help="the script ('-' reads stdin)")
-    p.add_argument("--json", action="store_true", help="print the whole result as JSON last")
-
-    sub.add_parser("doctor", help="show what this machine gives the plugins (run_code's sandbox layers)")
-    return parser
+def _quiet_broken_pipe() -> None:
+    """Output piped into `head` and cut short: stop quietly, as a Unix tool does. stdout is
+    pointed at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
-        return int(exc.code or 0)
+    from ._config import ConfigError
+
     _log_errors_to_stderr()
+    group = build_cli()
     try:
-        with _open(args) as nx:
-            return COMMANDS[args.command](nx, args)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"nexus: config error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    except UsageError as exc:
-        print(f"nexus: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+        try:
+            result = group.main(args=list(argv) if argv is not None else None, prog_name="nexus",
+                                standalone_mode=False)
+        except click.exceptions.Exit as exc:  # --help, --version
+            return int(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            return EXIT_USAGE if isinstance(exc, click.UsageError) else int(exc.exit_code)
+        except click.Abort:
+            click.echo("", err=True)
+            return 130
+        except ConfigError as exc:
+            for problem in exc.problems:
+                click.echo(f"nexus: config error: {problem}", err=True)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            return 130
+        sys.stdout.flush()
+    except BrokenPipeError:  # click handles the ones it sees the same way: quietly, status 1
+        _quiet_broken_pipe()
+        return EXIT_FAILED
+    return int(result) if isinstance(result, int) else EXIT_OK
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The console script's entry point."""
     sys.exit(main())
+
+
+if __name__ == "__main__":  # `python -m nexus_core.cli`: run the importable copy of this module, the
+    # one plugins import `pass_nexus` and `CliState` from, not this `__main__` copy
+    from nexus_core.cli import run as _run
+
+    _run()
+
+
+__all__ = ["CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus", "print_result"]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import click
+
     from ._models import (
         CodeExecChunk,
         CodeExecRequest,
@@ -177,3 +179,20 @@ def nexus_code_exec_stdout(chunk: CodeExecChunk) -> None:
 def nexus_code_exec_result(result: CodeExecResult) -> None:
     """Observe how a run_code script ended (result or error, output, timing).
     The return value is ignored."""
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+@hookspec
+def nexus_register_commands(cli: click.Group) -> None:
+    """Add subcommands to the `nexus` command line: `cli` is its click group, so call
+    `cli.add_command(command)` or decorate with `@cli.command()`.
+
+    Called once per process, when the command line starts and before any Nexus exists, on the
+    plugin's entry-point object itself: a module's function, or a `@staticmethod` of a plugin
+    class (above `@hookimpl`). A command that needs the configured Nexus takes it with
+    `nexus_core.cli.pass_nexus`; `--config` and `--workspace` reach every command, before or
+    after its name. A plugin that raises here is reported on stderr and its commands left out;
+    the other plugins' commands still work. The return value is ignored.
+    """

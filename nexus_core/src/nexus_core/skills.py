@@ -6,8 +6,7 @@ sits between two `---` lines: `name` is required, `description` optional, any ot
 in `SkillContent.metadata`. A file that cannot be used is reported as a `SkillProblem` (with its
 path and, where YAML gives one, the line) and skipped; the others still load.
 
-State is per Nexus (`nexus.plugin_state("nexus.skills", ...)`): which skills exist, which are
-active. Activation fires `nexus_skill_loaded(skill=...)`, deactivation
+State is per Nexus (`skill_set(nexus)`): which skills exist, which are active. Activation fires `nexus_skill_loaded(skill=...)`, deactivation
 `nexus_skill_deactivate(name=...)`, so a plugin such as run_code can stage a skill's helper files
 and drop them again. `active_skills(nx)` tells such a plugin which skills are active and where
 their folders are (`SkillContent.path`).
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import yaml
 
 from ._models import SkillContent
 
@@ -34,8 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nexus_core")
 
 SKILL_FILE = "SKILL.md"
-#: the key of the skill state in `Nexus.plugin_state` (the plugin id of the skills built-in)
-STATE_KEY = "nexus.skills"
 #: a skill name: what a tool name may hold, so it is safe in paths, arguments and module names
 SKILL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # folders never searched for skills nor listed as resources
@@ -72,6 +68,8 @@ class UnknownSkillError(LookupError):
 
 def _key_lines(text: str, offset: int) -> dict[str, int]:
     """The file line of each top-level key of the front matter (for precise problem lines)."""
+    import yaml
+
     try:
         node = yaml.compose(text)
     except yaml.YAMLError:
@@ -126,6 +124,8 @@ def load_skill(path: str | os.PathLike[str]) -> SkillContent:
     if end is None:
         raise problem("the front matter is not closed: no second '---' line", 1)
     front = "\n".join(lines[1:end])
+    import yaml  # here, not at import: the CLI's start-up does not pay for it
+
     try:
         data = yaml.safe_load(front)
     except yaml.YAMLError as exc:
@@ -312,8 +312,7 @@ class SkillSet:
 
 def skill_set(nexus: Nexus) -> SkillSet:
     """The `SkillSet` of `nexus`, created (from `nexus.config.skills`) on first use."""
-    state: SkillSet = nexus.plugin_state(STATE_KEY, lambda: SkillSet(nexus, nexus.config.skills))
-    return state
+    return nexus._skill_set(lambda: SkillSet(nexus, nexus.config.skills))
 
 
 def list_skills(nexus: Nexus) -> list[SkillContent]:

@@ -8,11 +8,14 @@ comes back to the host and goes through the same gates as a direct call. See doc
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nexus_core import Nexus, hookimpl
+from nexus_core import hookimpl
 
-from ._engine import LAYERS, CodeExec
+if TYPE_CHECKING:
+    from nexus_core import Nexus, SkillContent, ToolDef
+
+    from ._engine import CodeExec
 
 PLUGIN_ID = "nexus.tool.code_exec"
 
@@ -25,12 +28,13 @@ DEFAULT_ALLOWED_PACKAGES = [
 ]
 
 
-
 def config_schema() -> dict[str, Any]:
+    from ._engine import LAYERS
+
     return {
         "type": "object",
         "properties": {
-            "timeout_seconds": {"type": "integer", "minimum": 1, "default": 30,
+            "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 30,
                                 "description": "wall-clock limit of one script"},
             "max_output_bytes": {"type": "integer", "minimum": 0, "default": 65536,
                                  "description": "cap on stdout and stderr together"},
@@ -56,36 +60,78 @@ def config_schema() -> dict[str, Any]:
     }
 
 
-@hookimpl
-def nexus_config_schema() -> dict[str, Any]:
-    return config_schema()
+class CodeExecPlugin:
+    """The plugin object of one Nexus (the entry point names this class): its run_code engine,
+    configured from that Nexus's `plugins.nexus.tool.code_exec` section."""
 
+    NEXUS_PLUGIN_ID = PLUGIN_ID
 
-@hookimpl
-def nexus_register_tools(register: Any, nexus: Nexus) -> None:
-    engine = CodeExec(nexus, nexus.plugin_config(PLUGIN_ID), plugin_id=PLUGIN_ID)
-    nexus.plugin_state(PLUGIN_ID)["engine"] = engine
-    register(engine.tooldef())
-    # the engine's own hookimpls (new tools, skills) are per Nexus, so it registers as a plugin
-    nexus.register(engine, name=f"{PLUGIN_ID}.engine")
+    def __init__(self, nexus: Nexus) -> None:
+        self.nexus = nexus
+        self.config: dict[str, Any] = {}
+        self.engine: CodeExec | None = None
 
+    @hookimpl
+    def nexus_config_schema(self) -> dict[str, Any]:
+        return config_schema()
 
-@hookimpl
-def nexus_shutdown(nexus: Nexus) -> None:
-    engine = nexus.plugin_state(PLUGIN_ID).get("engine")
-    if engine is not None:
-        engine.close()
+    @hookimpl
+    def nexus_configure(self, config: dict[str, Any]) -> None:
+        self.config = config
 
+    @hookimpl
+    def nexus_register_tools(self, register: Any) -> None:
+        from ._engine import CodeExec  # here, not at import: `nexus --help` imports this module
 
-@hookimpl
-def nexus_doctor(nexus: Nexus) -> list[str] | None:
-    engine = engine_for(nexus)
-    return engine.doctor_lines() if engine is not None else None
+        self.engine = CodeExec(self.nexus, self.config, plugin_id=PLUGIN_ID)
+        register(self.engine.tooldef())
+
+    # run_code's description lists the other tools and the active skills: keep it current
+    @hookimpl
+    def nexus_tool_register(self, tool: ToolDef) -> None:
+        if self.engine is not None:
+            self.engine.nexus_tool_register(tool)
+
+    @hookimpl
+    def nexus_skill_loaded(self, skill: SkillContent) -> None:
+        if self.engine is not None:
+            self.engine.nexus_skill_loaded(skill)
+
+    @hookimpl
+    def nexus_skill_deactivate(self, name: str) -> None:
+        if self.engine is not None:
+            self.engine.nexus_skill_deactivate(name)
+
+    @hookimpl
+    def nexus_shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+    @hookimpl
+    def nexus_doctor(self) -> list[str] | None:
+        return self.engine.doctor_lines() if self.engine is not None else None
+
+    @staticmethod
+    @hookimpl
+    def nexus_register_commands(cli: Any) -> None:
+        from ._cli import run_command
+
+        cli.add_command(run_command)
 
 
 def engine_for(nexus: Nexus) -> CodeExec | None:
-    """The run_code engine of a Nexus (for `nexus run`, `nexus doctor` and tests)."""
-    return nexus.plugin_state(PLUGIN_ID).get("engine")
+    """The run_code engine of a Nexus (for `nexus run`, `nexus doctor` and tests), or None when
+    `nexus.tool.code_exec` is not active in it."""
+    plugin = nexus.plugin(PLUGIN_ID)
+    return plugin.engine if isinstance(plugin, CodeExecPlugin) else None
 
 
-__all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "engine_for"]
+def __getattr__(name: str) -> Any:
+    if name == "CodeExec":
+        from ._engine import CodeExec
+
+        return CodeExec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecPlugin", "engine_for"]

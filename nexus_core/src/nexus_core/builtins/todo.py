@@ -93,9 +93,11 @@ class TodoList:
 
 
 def todo_list(nexus: Nexus) -> TodoList:
-    """The `TodoList` of `nexus`."""
-    state: TodoList = nexus.plugin_state(NEXUS_PLUGIN_ID, TodoList)
-    return state
+    """The `TodoList` of `nexus` (LookupError when `nexus.tool.todo` is not active in it)."""
+    plugin = nexus.plugin(NEXUS_PLUGIN_ID)
+    if not isinstance(plugin, TodoPlugin):
+        raise LookupError(f"{NEXUS_PLUGIN_ID} is not active in {nexus!r}")
+    return plugin.todos
 
 
 def todos(nexus: Nexus) -> list[Todo]:
@@ -103,17 +105,25 @@ def todos(nexus: Nexus) -> list[Todo]:
     return todo_list(nexus).items()
 
 
-def make_todowrite(nexus: Nexus) -> Any:
+def make_todowrite(todo: TodoList) -> Any:
     def run(arguments: dict[str, Any]) -> ToolResult:
         items = [Todo(content=t["content"], status=t["status"], id=t.get("id"), priority=t.get("priority"))
                  for t in arguments["todos"]]
-        todo_list(nexus).replace(items)
+        todo.replace(items)
         structured = {"todos": [attrs.asdict(t, filter=lambda _, v: v is not None) for t in items]}
-        return ToolResult(id="", name="", output=todo_list(nexus).render(), output_structured=structured)
+        return ToolResult(id="", name="", output=todo.render(), output_structured=structured)
 
     return native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run)
 
 
-@hookimpl
-def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    register(make_todowrite(nexus))
+class TodoPlugin:
+    """The plugin object each Nexus makes (the entry point names this class): one list each."""
+
+    NEXUS_PLUGIN_ID = NEXUS_PLUGIN_ID
+
+    def __init__(self) -> None:
+        self.todos = TodoList()
+
+    @hookimpl
+    def nexus_register_tools(self, register: Callable[..., Any]) -> None:
+        register(make_todowrite(self.todos))

@@ -1,0 +1,5 @@
+"""`python -m nexus_core`: the `nexus` command line."""
+
+from nexus_core.cli import run
+
+run()

@@ -1,0 +1,73 @@
+"""`nexus run SCRIPT.py`: a script through run_code from the command line, its output streamed
+live and the result JSON printed last. Added to `nexus` through `nexus_register_commands`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from nexus_core import CodeExecChunk, ToolCall, hookimpl
+from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError, print_result
+
+PLUGIN_ID = "nexus.tool.code_exec"
+
+
+@click.command("run", epilog="""\b
+Examples:
+  nexus run script.py
+  nexus run script.py --timeout 120 --json
+  echo 'def run(ctx): return 1' | nexus run -""")
+@click.argument("script", metavar="SCRIPT.py")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Wall-clock limit of the script (default: the config's timeout_seconds, 30).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON last.")
+@click.pass_context
+def run_command(ctx: click.Context, script: str, timeout: float | None, as_json: bool) -> int:
+    """Run SCRIPT.py (a script with `def run(ctx)`; '-' reads stdin) through run_code: the same
+    static check, sandbox and gates as a model's script. Exits 1 when the script fails."""
+    state = ctx.ensure_object(CliState)
+    if timeout is not None:
+        state.plugin_settings.setdefault(PLUGIN_ID, {})["timeout_seconds"] = timeout
+    try:
+        source = sys.stdin.read() if script == "-" else Path(script).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {script}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {script}: not UTF-8 text (byte {exc.start})") from None
+    nx = state.open(ctx)
+    if nx.tool("run_code") is None:
+        raise UsageError("run_code is not available: install nexus-rt-tool-code-exec (or activate "
+                         f"{PLUGIN_ID} in plugins.active)")
+    call = ToolCall(name="run_code", arguments={"script": source})
+
+    class LiveOutput:
+        piped_away = False  # the reader of our stdout went away (`nexus run x.py | head`)
+
+        @hookimpl
+        def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
+            if chunk.call_id != call.id or not chunk.data or self.piped_away:
+                return
+            stream = sys.stderr if chunk.stream == "stderr" else sys.stdout
+            try:
+                stream.write(chunk.data)
+                stream.flush()
+            except BrokenPipeError:
+                self.piped_away = True  # the run goes on; printing its result ends the command quietly
+
+    name = nx.register(LiveOutput(), name="nexus.cli.live-output")
+    try:
+        result = nx.invoke(call)
+    finally:
+        nx.unregister(name)
+    structured = result.output_structured if isinstance(result.output_structured, dict) else {}
+    if structured.get("stdout") and not structured["stdout"].endswith("\n"):
+        click.echo()
+    if structured.get("stdout_truncated"):
+        click.echo("nexus: output truncated at max_output_bytes", err=True)
+    if as_json or result.is_error:
+        return print_result(result, as_json)
+    click.echo(json.dumps(structured.get("result"), indent=2, ensure_ascii=False))
+    return EXIT_FAILED if result.is_error else EXIT_OK
