@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 from nexus_core.adapters import (
     FORMATS,
+    GeminiSchemaError,
     format_tool_result,
     gemini_schema,
     parse_tool_call,
@@ -134,11 +135,13 @@ def test_gemini_declares_a_tool_without_parameters_without_a_parameters_field(tk
 
 
 def test_gemini_parameters_drop_what_gemini_rejects_recursively(tk: Nexus) -> None:
-    decl = next(d for d in tk.schemas("gemini")[0]["functionDeclarations"] if d["name"] == "file_report")
-    text = json.dumps(decl)
+    # file_report without its map argument: the rest fits Gemini's `parameters` subset
+    schema = dict(tk.tool("file_report").input_schema)
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "scores"}
+    params = gemini_schema(schema)
+    text = json.dumps(params)
     assert "additionalProperties" not in text
     assert "$schema" not in text
-    params = decl["parameters"]
     assert params["required"] == ["title", "tags", "address"]
     assert params["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
     # Optional[attrs class] (anyOf with null) is the class's schema, nullable
@@ -147,10 +150,28 @@ def test_gemini_parameters_drop_what_gemini_rejects_recursively(tk: Nexus) -> No
     assert address["properties"]["zip_code"] == {"type": "string", "nullable": True, "default": None}
     # type: ["string", "null"] becomes nullable
     assert params["properties"]["note"] == {"type": "string", "nullable": True, "default": None}
-    # Gemini's enum takes strings only: an integer enum moves into the description
+    # Gemini's enum takes strings only: an integer enum keeps its type, its values move into the description
     assert params["properties"]["level"] == {"type": "integer", "description": "one of: 1, 2, 3", "default": 1}
-    # dict[str, int] | None: an object (its value schema was additionalProperties), nullable
-    assert params["properties"]["scores"] == {"type": "object", "nullable": True, "default": None}
+
+
+def test_gemini_declares_a_map_argument_as_json_schema_not_as_an_empty_object(tk: Nexus) -> None:
+    # dict[str, int] | None has no form in Gemini's `parameters` (an OBJECT needs named
+    # properties): the whole declaration uses parametersJsonSchema, which keeps the value type
+    decl = next(d for d in tk.schemas("gemini")[0]["functionDeclarations"] if d["name"] == "file_report")
+    assert set(decl) == {"name", "description", "parametersJsonSchema"}
+    params = decl["parametersJsonSchema"]
+    assert params["properties"]["scores"] == {"type": ["object", "null"], "additionalProperties": {"type": "integer"}}
+    assert params["properties"]["level"] == {"enum": [1, 2, 3], "type": "integer", "description": "default: 1"}
+    # the other tools still use `parameters`
+    others = [d for d in tk.schemas("gemini")[0]["functionDeclarations"] if d["name"] != "file_report"]
+    assert all("parametersJsonSchema" not in d for d in others)
+
+
+def test_gemini_json_schema_option(tk: Nexus) -> None:
+    always = tk.schemas("gemini", json_schema=True)[0]["functionDeclarations"]
+    assert all("parametersJsonSchema" in d and "parameters" not in d for d in always)
+    with pytest.raises(GeminiSchemaError, match=r"tool 'file_report': .*/properties/scores: an object without named"):
+        tk.schemas("gemini", json_schema=False)
 
 
 def test_gemini_schema_cleaning_rules() -> None:
@@ -173,8 +194,10 @@ def test_gemini_schema_cleaning_rules() -> None:
                                  {"properties": {"b": {"type": "string"}}}]},
             "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
             "maybe": {"enum": ["a", "b", None]},
-            "free": {"type": "object", "patternProperties": {"^x": {"type": "string"}},
-                     "unevaluatedProperties": False},
+            "free": {"type": "object", "properties": {"x1": {"type": "string"}},
+                     "patternProperties": {"^x": {"type": "string"}}, "unevaluatedProperties": False},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "level": {"enum": [1, 2]},
         },
         "required": ["point", "ghost"],
     }
@@ -187,25 +210,46 @@ def test_gemini_schema_cleaning_rules() -> None:
     assert props["mode"] == {"type": "string", "enum": ["fast"]}
     assert props["kind"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
     assert props["either"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
-    assert props["count"] == {"type": "integer", "minimum": 1, "default": 2}
+    # what Gemini has no field for is kept in the description, never dropped without a word
+    assert props["count"] == {"type": "integer", "minimum": 1, "default": 2,
+                              "description": "exclusiveMinimum: 0; multipleOf: 2"}
     assert props["url"] == {"type": "string", "description": "A link (format: uri)"}
     assert props["when"] == {"type": "string", "format": "date-time"}
     assert props["merged"] == {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
                                "required": ["a"]}
-    assert props["pair"] == {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}
+    assert props["pair"] == {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                             "description": 'items in this order: {"type": "string"}, {"type": "integer"}'}
     assert props["maybe"] == {"type": "string", "enum": ["a", "b"], "nullable": True}
-    assert props["free"] == {"type": "object"}
+    assert props["free"] == {"type": "object", "properties": {"x1": {"type": "string"}},
+                             "description": 'unevaluatedProperties: false; keys matching: {"^x": {"type": "string"}}'}
+    assert props["tags"] == {"type": "array", "items": {"type": "string"}, "description": "uniqueItems: true"}
+    # every node typed: an int enum with no type gets "integer"
+    assert props["level"] == {"type": "integer", "description": "one of: 1, 2"}
     assert_shape([{"functionDeclarations": [{"name": "x", "parameters": out}]}], "gemini_tools")
 
 
-def test_gemini_schema_survives_a_recursive_ref() -> None:
-    schema = {"type": "object", "$defs": {"Node": {"type": "object", "properties": {
+@pytest.mark.parametrize(("schema", "path", "reason"), [
+    ({"type": "object", "$defs": {"Node": {"type": "object", "properties": {
         "value": {"type": "string"}, "child": {"$ref": "#/$defs/Node"}}}},
-        "properties": {"root": {"$ref": "#/$defs/Node"}}}
-    out = gemini_schema(schema)
-    root = out["properties"]["root"]
-    assert root["properties"]["value"] == {"type": "string"}
-    assert root["properties"]["child"] == {"type": "object"}  # cut where it would recurse forever
+      "properties": {"root": {"$ref": "#/$defs/Node"}}},
+     "/properties/root/properties/child", "a recursive $ref"),
+    ({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+     "/properties/m", "an object without named properties"),
+    ({"type": "object", "properties": {"any": {}}}, "/properties/any", "a value of any type"),
+    ({"type": "object", "properties": {"any": True}}, "/properties/any", "a value of any type"),
+    ({"type": "object", "properties": {"list": {"type": "array"}}}, "/properties/list", "an array without an item"),
+    ({"type": "object", "properties": {"r": {"$ref": "https://example.com/s.json"}}}, "/properties/r",
+     "does not point into $defs"),
+])
+def test_gemini_schema_refuses_what_its_subset_cannot_express(schema: dict[str, Any], path: str, reason: str) -> None:
+    # an empty OBJECT or an untyped node would be refused by Gemini or be a guess: say so instead
+    with pytest.raises(GeminiSchemaError) as info:
+        gemini_schema(schema)
+    assert info.value.path == path and reason in info.value.reason
+    # and the declaration falls back to parametersJsonSchema, which says it all
+    t = native_tool("t", run=lambda a: "", input_schema=schema)
+    (decl,) = to_provider_schemas([t], "gemini")[0]["functionDeclarations"]
+    assert "parameters" not in decl and decl["parametersJsonSchema"]["properties"] == schema["properties"]
 
 
 def test_gemini_schema_leaves_the_input_unchanged() -> None:
@@ -240,7 +284,7 @@ def test_declarations_do_not_share_schema_objects_with_the_registry(tk: Nexus) -
 
 
 def test_an_unknown_format_is_a_clear_error(tk: Nexus) -> None:
-    with pytest.raises(ValueError, match=r"unknown format 'cohere'.*openai, anthropic, gemini, mcp"):
+    with pytest.raises(ValueError, match=r"unknown format 'cohere'.*openai, openai-responses, anthropic, gemini, mcp"):
         tk.schemas("cohere")
 
 

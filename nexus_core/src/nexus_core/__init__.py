@@ -4,6 +4,7 @@ This module is the public surface; everything else in the package is private and
 """
 
 from ._config import ConfigError, NexusConfig, load_config
+from ._content import AudioContent, Content, ImageContent, ResourceContent, TextContent
 from ._converter import WireError, converter, from_json, structure, to_json, unstructure
 from ._models import (
     CallContext,
@@ -23,7 +24,7 @@ from ._nexus import Nexus
 from ._plugins import ENTRY_POINT_GROUP, PluginFailure, PluginInfo
 from ._registry import ToolRegistrationError
 from ._results import failure, normalize_result, success
-from .adapters import format_tool_result, parse_tool_call, parse_tool_calls
+from .adapters import format_tool_call, format_tool_result, parse_tool_call, parse_tool_calls
 from .hookspecs import hookimpl, hookspec
 from .skills import (
     SkillError,
@@ -43,20 +44,25 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "AudioContent",
     "CallContext",
     "CodeExecChunk",
     "CodeExecRequest",
     "CodeExecResult",
     "ConfigError",
+    "Content",
+    "ImageContent",
     "Nexus",
     "NexusConfig",
     "PluginFailure",
     "PluginInfo",
+    "ResourceContent",
     "Rewrite",
     "SkillContent",
     "SkillError",
     "SkillProblem",
     "SkillSet",
+    "TextContent",
     "ToolCall",
     "ToolDef",
     "ToolRegistrationError",
@@ -70,6 +76,7 @@ __all__ = [
     "deactivate_skill",
     "execute",
     "failure",
+    "format_tool_call",
     "format_tool_result",
     "from_json",
     "hookimpl",
