@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import jsonschema
 import pytest
 from nexus_core.adapters import (
     FORMATS,
@@ -22,24 +21,9 @@ from nexus_core.adapters import (
     to_provider_schemas,
 )
 from nexus_core.cli import main as cli_main
+from provider_shapes import assert_shape, sample
 
 from nexus_core import Nexus, ToolCall, ToolResult, failure, native_tool, tool, toolkit
-
-DATA = Path(__file__).parent / "data" / "providers"
-SHAPES: dict[str, Any] = json.loads((DATA / "shapes.json").read_text(encoding="utf-8"))
-
-
-def sample(name: str) -> Any:
-    return json.loads((DATA / name).read_text(encoding="utf-8"))
-
-
-def assert_shape(value: Any, shape: str) -> None:
-    schema = SHAPES[shape]
-    jsonschema.Draft202012Validator.check_schema(schema)
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=str)
-    assert not errors, f"not a valid {shape}: " + "; ".join(
-        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
-
 
 # -- tools used throughout ------------------------------------------------------------------
 

@@ -118,8 +118,8 @@ def is_content(value: Any) -> bool:
     return isinstance(value, CONTENT_TYPES)
 
 
-def _size(n_base64: int) -> str:
-    n = n_base64 * 3 // 4
+def _size(data: str) -> str:
+    n = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))  # the decoded size, without decoding
     if n < 1024:
         return f"{n} bytes"
     if n < 1024 * 1024:
@@ -132,12 +132,12 @@ def describe(block: Content) -> str:
     if isinstance(block, TextContent):
         return block.text
     if isinstance(block, ImageContent):
-        return f"[image: {block.mime_type}, {_size(len(block.data))}]"
+        return f"[image: {block.mime_type}, {_size(block.data)}]"
     if isinstance(block, AudioContent):
-        return f"[audio: {block.mime_type}, {_size(len(block.data))}]"
+        return f"[audio: {block.mime_type}, {_size(block.data)}]"
     kind = block.mime_type or "unknown type"
     if block.blob is not None:
-        return f"[resource {block.uri}: {kind}, {_size(len(block.blob))}]"
+        return f"[resource {block.uri}: {kind}, {_size(block.blob)}]"
     if block.text is not None:
         return f"[resource {block.uri}: {kind}]"
     return f"[resource link {block.uri}: {kind}]"

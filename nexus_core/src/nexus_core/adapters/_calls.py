@@ -5,6 +5,7 @@ for `nx.invoke`; and back out (`format_tool_call`), for a loop that rebuilds its
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -102,8 +103,13 @@ def _gemini_call(part: Any) -> ToolCall:
             part = need(part, key, "Gemini part", Mapping)
     name = need(part, "name", where)
     args = arguments(part.get("args"), "args", f"{where} {name!r}")
-    # Gemini signs its reasoning: a follow-up must send the part back with its signature
-    data = {"thoughtSignature": signature} if signature else None
+    # Gemini signs its reasoning: a follow-up must send the part back with its signature. It is
+    # base64 on the wire; pydantic (the SDK's objects) writes bytes in the URL-safe alphabet:
+    # kept in the standard one, as the API documents it (the SDK reads both back)
+    if isinstance(signature, (bytes, bytearray)):  # a python-mode model_dump() keeps the bytes
+        signature = base64.b64encode(signature).decode("ascii")
+    data = {"thoughtSignature": signature.replace("-", "+").replace("_", "/")} \
+        if isinstance(signature, str) and signature else None
     return _call(name, args, part.get("id"), "gemini", data)
 
 
