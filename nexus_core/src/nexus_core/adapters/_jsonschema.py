@@ -87,4 +87,6 @@ def accepts_null(schema: Any, defs: Mapping[str, Any], seen: frozenset[str] = fr
     if isinstance(ref, str) and ref not in seen:
         target = resolve_ref(ref, defs)
         return target is not None and accepts_null(target, defs, seen | {ref})
-    return kind is None and not any(k in schema for k in ("properties", "items", "$ref"))
+    # a schema of constraints alone (`{"minimum": 1}`) lets null through: they apply to other types
+    return kind is None and not any(k in schema for k in ("properties", "items", "$ref", "anyOf", "oneOf", "allOf",
+                                                          "enum", "const", "not", "additionalProperties"))
