@@ -1,5 +1,6 @@
 """Shared fixtures: building wheels of this repo's packages and fresh virtual environments, for
-tests that prove a package installs and works on its own (as a user would pip install it)."""
+tests that prove a package installs and works on its own (as a user would pip install it); and a
+fake of the LLM providers' APIs for tests that drive their SDKs (`fake_providers`)."""
 
 from __future__ import annotations
 
