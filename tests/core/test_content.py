@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import attrs
@@ -156,3 +157,12 @@ def test_a_file_that_cannot_be_sent_is_named_not_raised(tmp_path: Path) -> None:
     assert too_big.text == f"[output_file {big}: application/octet-stream, 2048 bytes, not sent (over 1024 bytes)]"
     folder = file_content(str(tmp_path))
     assert isinstance(folder, TextContent) and "cannot be read" in folder.text
+
+
+def test_a_fifo_or_a_device_is_named_not_read(tmp_path: Path) -> None:
+    # reading a FIFO with no writer would block the host forever; /dev/zero never ends
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        block = file_content(path)
+        assert isinstance(block, TextContent) and block.text == f"[output_file {path}: not a regular file, not sent]"

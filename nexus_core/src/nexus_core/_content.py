@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import binascii
 import mimetypes
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -162,22 +164,28 @@ MAX_FILE_BYTES = 20 * 1024 * 1024
 def file_content(path: str, max_bytes: int = MAX_FILE_BYTES) -> Content:
     """A file as a block: an image as `ImageContent`, audio as `AudioContent`, anything else as
     an embedded `ResourceContent` (text for text files, base64 for the rest). A file that cannot
-    be read, or is bigger than `max_bytes`, becomes a `TextContent` saying so: formatting a
-    result never fails on the file it names."""
+    be read, is not a regular file, or is bigger than `max_bytes` (0 sends no file at all)
+    becomes a `TextContent` saying so: formatting a result never fails on the file it names."""
     file = Path(path)
     mime, _ = mimetypes.guess_type(file.name)
     mime = mime or "application/octet-stream"
-    uri = file.absolute().as_uri() if file.is_absolute() or file.exists() else str(path)
     try:
-        size = file.stat().st_size
-        if size > max_bytes:
-            return TextContent(f"[output_file {path}: {mime}, {size} bytes, not sent (over {max_bytes} bytes)]")
-        with file.open("rb") as fh:
+        # non-blocking, and checked on the open file: a FIFO or a device named here must not
+        # hang or flood the host, nor a path swapped for one between a check and the open
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            status = os.fstat(fh.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                return TextContent(f"[output_file {path}: not a regular file, not sent]")
+            if status.st_size > max_bytes:
+                return TextContent(f"[output_file {path}: {mime}, {status.st_size} bytes, "
+                                   f"not sent (over {max_bytes} bytes)]")
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         return TextContent(f"[output_file {path}: cannot be read ({exc.strerror or exc})]")
-    if len(data) > max_bytes:  # it grew since stat()
+    if len(data) > max_bytes:  # it grew since fstat()
         return TextContent(f"[output_file {path}: {mime}, over {max_bytes} bytes, not sent]")
+    uri = file.absolute().as_uri()
     if mime.startswith("image/"):
         return ImageContent.from_bytes(data, mime)
     if mime.startswith("audio/"):
