@@ -248,9 +248,23 @@ def assert_strict(schema: Any, path: str = "") -> None:
         assert_strict(sub, f"{path}/$defs/{name}")
 
 
-def test_every_installed_tool_can_be_strict(tmp_path: Path, fake_providers: FakeProviders) -> None:
+def test_every_installed_tool_in_every_format(tmp_path: Path, fake_providers: FakeProviders) -> None:
     # the tools of every installed plugin (shell, file, run_code, todo, question, skill)
     with Nexus.from_config({"workspace": str(tmp_path)}) as full:
+        for entry in full.schemas("openai"):
+            assert_sdk_type(entry, ChatCompletionFunctionToolParam)
+        for entry in full.schemas("openai-responses", strict=True):
+            assert_sdk_type(entry, FunctionToolParam)
+            assert_shape(entry, "responses_tool")
+        for entry in full.schemas("anthropic"):
+            assert_sdk_type(entry, ToolParam)
+            assert_shape(entry, "anthropic_tool")
+        (gemini,) = full.schemas("gemini")
+        assert_model(gemini, gtypes.Tool)
+        assert_shape([gemini], "gemini_tools")
+        for entry in full.schemas("mcp"):
+            assert_model(entry, mcp_types.Tool)
+            assert_shape(entry, "mcp_tool")
         tools = full.schemas("openai", strict=True)
         assert len(tools) >= 10
         for entry in tools:
