@@ -22,6 +22,7 @@ PACKAGES = {
     "nexus-tool-shell": REPO / "nexus_tool_shell",
     "nexus-tool-file": REPO / "nexus_tool_file",
     "nexus-tool-code-exec": REPO / "nexus_tool_code_exec",
+    "nexus-rt-tool-web": REPO / "nexus_tool_web",
 }
 
 

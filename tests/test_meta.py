@@ -32,6 +32,7 @@ PACKAGES = {
     "nexus_tool_shell": ("nexus_tool_shell", {"nexus.tool.shell"}),
     "nexus_tool_file": ("nexus_tool_file", {"nexus.tool.file"}),
     "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
+    "nexus_tool_web": ("nexus_tool_web", {"nexus.tool.web"}),
     "examples/nexus-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }
@@ -87,12 +88,12 @@ def test_package_has_py_typed_and_declares_its_plugins(folder: str) -> None:
     if package != "nexus_core":
         deps = [re.split(r"[<>=!~ \[;]", d)[0].lower() for d in project.get("dependencies", [])]
         assert "nexus-core" in deps, f"{folder} must depend on nexus-core"
-        siblings = {"nexus-tool-shell", "nexus-tool-file", "nexus-tool-code-exec"}
+        siblings = {"nexus-tool-shell", "nexus-tool-file", "nexus-tool-code-exec", "nexus-rt-tool-web"}
         assert not siblings & set(deps), f"{folder}: plugin packages never depend on each other"
 
 
 def test_packages_type_check() -> None:
-    """mypy, with the settings in the root pyproject.toml, finds nothing in the four packages."""
+    """mypy, with the settings in the root pyproject.toml, finds nothing in the packages."""
     if importlib.util.find_spec("mypy") is None:
         pytest.fail(f"mypy is not installed in {sys.executable}: run scripts/setup (the dev extra installs "
                     "mypy and the stubs it needs)")
