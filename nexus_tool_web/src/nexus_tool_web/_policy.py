@@ -152,13 +152,17 @@ class HostRule:
         except ValueError:
             pass
         subdomains = stripped.startswith("*.")
-        try:
-            name = normalize_host(stripped[2:] if subdomains else stripped)
-        except (httpx.InvalidURL, ValueError):
-            name = ""
-        if not name or not _HOSTNAME.match(name) or nonstandard_ipv4(name):
+        candidate = stripped[2:] if subdomains else stripped
+        name = ""
+        if candidate and not set(candidate) & set("/?#@:[]%\\ "):  # a name, not a URL or host:port
+            try:
+                name = normalize_host(candidate)
+            except (httpx.InvalidURL, ValueError):
+                pass
+        if not name or not _HOSTNAME.match(name) or nonstandard_ipv4(name) or parse_ip(name):
+            hint = " (ports belong in allow_ports)" if re.fullmatch(r"[^:/]+:[0-9]+", candidate) else ""
             raise ValueError(f"{where}: {text!r} is not a host name, '*.' and a domain, an IP address or "
-                             f"a network (such as 10.0.0.0/8)")
+                             f"a network (such as 10.0.0.0/8){hint}")
         return cls(text, name=name, subdomains=subdomains)
 
     def matches_name(self, host: str) -> bool:
