@@ -294,6 +294,22 @@ def test_a_denied_address_is_refused_whatever_name_leads_to_it(nexus_factory: Ne
     assert site.connections == []
 
 
+def test_only_hosts_restricts_every_url_and_every_redirect(nexus_factory: NexusFactory, site: Site) -> None:
+    resolver = Resolver({"docs.test": ["127.0.0.1"], "elsewhere.test": ["127.0.0.1"]})
+    nx = tool_nexus(nexus_factory, resolver, allow_hosts=("127.0.0.1",), only_hosts=("docs.test",))
+    assert_ok(nx.invoke("webfetch", {"url": f"http://docs.test:{site.port}/chain/1"}))
+    assert_error(nx.invoke("webfetch", {"url": f"http://elsewhere.test:{site.port}/plain"}),
+                 "refused: elsewhere.test is not in plugins.nexus.tool.web.only_hosts")
+    assert_error(nx.invoke("webfetch", {"url": site.url("/plain")}),
+                 "refused: 127.0.0.1 is not in plugins.nexus.tool.web.only_hosts")
+    away = f"http://elsewhere.test:{site.port}/plain"
+    result = assert_error(nx.invoke("webfetch", {"url": f"http://docs.test:{site.port}/redirect?to={away}"}))
+    assert result.error == (f"refused: elsewhere.test is not in plugins.nexus.tool.web.only_hosts (redirect 1, "
+                            f"from http://docs.test:{site.port}/redirect?to={away})")
+    assert site.paths() == ["/chain/1", "/chain/0", "/redirect"]
+    assert [host for host, _ in resolver.lookups] == ["docs.test"] * 3  # elsewhere.test: never looked up
+
+
 # -- DNS rebinding -------------------------------------------------------------------------------
 
 

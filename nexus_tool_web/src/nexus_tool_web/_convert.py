@@ -68,7 +68,8 @@ class _Converter(MarkdownConverter):
     def convert_img(self, el: Any, text: str, parent_tags: Any) -> str:
         if str(el.attrs.get("src", "")).strip().lower().startswith("data:"):
             return str(el.attrs.get("alt", "") or "")
-        return str(super().convert_img(el, text, parent_tags))  # not in markdownify's stubs
+        # looked up by hand: markdownify's stubs do not declare its convert_* methods
+        return str(vars(MarkdownConverter)["convert_img"](self, el, text, parent_tags))
 
     def convert_head(self, el: Any, text: str, parent_tags: Any) -> str:
         title = el.find("title")

@@ -186,14 +186,19 @@ class Policy:
     deny: tuple[HostRule, ...] = ()
     #: the ports a URL may name (its scheme's default when it names none); None: any port
     ports: frozenset[int] | None = frozenset({80, 443})
+    #: when set, the only hosts a URL (and every redirect) may name; None: any host
+    only: tuple[HostRule, ...] | None = None
 
     @classmethod
-    def build(cls, allow: Iterable[str], deny: Iterable[str], ports: Iterable[int] | None) -> Policy:
+    def build(cls, allow: Iterable[str], deny: Iterable[str], ports: Iterable[int] | None,
+              only: Iterable[str] | None = None) -> Policy:
         """Raises ValueError naming the config key and entry that is not a host, address or network."""
         return cls(
             allow=tuple(HostRule.parse(t, f"{SECTION}.allow_hosts[{i}]") for i, t in enumerate(allow)),
             deny=tuple(HostRule.parse(t, f"{SECTION}.deny_hosts[{i}]") for i, t in enumerate(deny)),
             ports=None if ports is None else frozenset(ports),
+            only=None if only is None else tuple(HostRule.parse(t, f"{SECTION}.only_hosts[{i}]")
+                                                 for i, t in enumerate(only)),
         )
 
     def check_url(self, url: httpx.URL) -> None:
@@ -214,7 +219,10 @@ class Policy:
             allowed = ", ".join(map(str, sorted(self.ports))) or "none"
             raise Refused(f"port {port} is not in {SECTION}.allow_ports ({allowed}); allow it there")
         literal = parse_ip(host)
-        if literal is None:
+        if literal is not None:
+            if self.only is not None and not any(r.matches_address(literal) for r in self.only):
+                raise Refused(f"{literal} is not in {SECTION}.only_hosts")
+        else:
             odd = nonstandard_ipv4(host.rstrip("."))
             if odd is not None:
                 raise Refused(f"{host} is the IPv4 address {odd} written in a non-standard form; write an "
@@ -225,6 +233,8 @@ class Policy:
             for rule in self.deny:
                 if rule.matches_name(name):
                     raise Refused(f"{name} is in {SECTION}.deny_hosts ({rule.text!r})")
+            if self.only is not None and not any(r.matches_name(name) for r in self.only):
+                raise Refused(f"{name} is not in {SECTION}.only_hosts")
 
     def check_addresses(self, host: str, addresses: Sequence[IPAddress]) -> None:
         """Raise Refused unless every address `host` resolved to may be connected to.

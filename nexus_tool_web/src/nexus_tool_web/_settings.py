@@ -32,6 +32,8 @@ class Settings:
     deny_hosts: tuple[str, ...] = ()
     #: ports a URL may name; None: any
     allow_ports: tuple[int, ...] | None = (80, 443)
+    #: when set, the only hosts (names, *.domains, addresses, networks) any URL or redirect may name
+    only_hosts: tuple[str, ...] | None = None
     user_agent: str = DEFAULT_USER_AGENT
 
     def __post_init__(self) -> None:
@@ -47,16 +49,14 @@ class Settings:
         """From a config section (validated by the core, defaults applied; missing keys take the
         defaults here too)."""
         values = {f.name: config[f.name] for f in fields(cls) if f.name in config}
-        for key in ("allow_hosts", "deny_hosts"):
-            if key in values:
+        for key in ("allow_hosts", "deny_hosts", "allow_ports", "only_hosts"):
+            if values.get(key) is not None:
                 values[key] = tuple(values[key])
-        if values.get("allow_ports") is not None:
-            values["allow_ports"] = tuple(values["allow_ports"])
         return cls(**values)
 
     def policy(self) -> Policy:
         """The address and host rules; raises ValueError naming a bad list entry."""
-        return Policy.build(self.allow_hosts, self.deny_hosts, self.allow_ports)
+        return Policy.build(self.allow_hosts, self.deny_hosts, self.allow_ports, self.only_hosts)
 
 
 _DEFAULTS = Settings()
@@ -83,6 +83,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "allow_ports": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 1, "maximum": 65535},
                         "default": list(_DEFAULTS.allow_ports or ()),
                         "description": "ports a URL may name (null: any)"},
+        "only_hosts": {"type": ["array", "null"], "items": {"type": "string"}, "default": None,
+                       "description": "when set, the only host names, *.domains, addresses or networks any URL "
+                                      "or redirect may name (null: any host)"},
         "user_agent": {"type": "string", "minLength": 1, "default": _DEFAULTS.user_agent,
                        "description": "the User-Agent header sent"},
     },
