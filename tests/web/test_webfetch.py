@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
@@ -217,3 +218,19 @@ def test_cli_call_prints_the_result(tmp_path: Path, site: Site) -> None:
                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
     assert refused.returncode == 1
     assert "refused: 169.254.169.254 is a link-local address (cloud metadata)" in refused.stdout + refused.stderr
+
+
+@pytest.mark.slow
+def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path, site: Site) -> None:
+    """A wheel with its declared dependencies (httpx, httpcore, markdownify, beautifulsoup4) and
+    nothing of this checkout's environment."""
+    venv = fresh_venv("nexus-core", "nexus-rt-tool-web")
+    tools = venv.run("nexus", "tools", cwd=tmp_path)
+    assert tools.returncode == 0, tools.stderr
+    assert ["webfetch", "nexus.tool.web"] in [line.split()[:2] for line in tools.stdout.splitlines()]
+    config = tmp_path / "nexus.yaml"
+    config.write_text("plugins:\n  nexus.tool.web:\n    allow_hosts: [127.0.0.1]\n    allow_ports: null\n")
+    call = venv.run("nexus", "--config", str(config), "call", "webfetch", json.dumps({"url": site.url("/page")}),
+                    cwd=tmp_path)
+    assert call.returncode == 0, call.stderr
+    assert call.stdout.startswith("The test page\n\n# Hello, **web**")
