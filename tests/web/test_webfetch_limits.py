@@ -183,3 +183,14 @@ def test_a_body_shorter_than_its_content_length_is_an_error(web: Nexus, site: Si
     finally:
         del ROUTES["/short"]
     assert result.error.startswith("127.0.0.1 sent a response that breaks HTTP/1.1: ")
+
+
+def test_an_error_page_in_a_coding_it_did_not_ask_for_still_reports_its_status(web: Nexus, site: Site) -> None:
+    from web_server import ROUTES
+
+    ROUTES["/br-404"] = lambda h, q: h.reply(404, b"\x1b\x03\x00\xf8\xa5\x82\x14", headers={"Content-Encoding": "br"})
+    try:
+        result = assert_error(web.invoke("webfetch", {"url": site.url("/br-404")}))
+    finally:
+        del ROUTES["/br-404"]
+    assert result.error == f"HTTP 404 Not Found from {site.url('/br-404')}"

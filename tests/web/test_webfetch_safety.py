@@ -174,6 +174,7 @@ def test_a_name_with_a_public_and_a_private_address_is_refused(nexus_factory: Ne
     ("http://example.com:0/", "refused: port 0 of http://example.com:0/ is not a TCP port (1-65535)"),
     ("http://example.com:99999/", "refused: port 99999 of http://example.com:99999/ is not a TCP port (1-65535)"),
     ("http://exa mple.com/", "refused: 'exa%20mple.com' is not a valid host name"),
+    ("http://example.com/a\r\nX-Injected: 1", "invalid URL 'http://example.com/a\\r\\nX-Injected: 1'"),
     ("http://a..b/", "refused: 'a..b' is not a valid host name"),
     ("http://☃.net/", "invalid URL 'http://☃.net/': Invalid IDNA hostname"),
     ("http://[fe80::1%25eth0]/", f"refused: fe80::1%25eth0 is a link-local address; {ALLOW}"),

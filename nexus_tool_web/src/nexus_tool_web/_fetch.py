@@ -106,7 +106,13 @@ class Fetcher:
                           "(HTML, Markdown, plain text, JSON, XML, ...)")
         body, truncated = b"", False
         if not binary:
-            coding = _body.decoder_for(response.headers.get("content-encoding"))
+            try:
+                coding = _body.decoder_for(response.headers.get("content-encoding"))
+            except Refused:
+                if ok:
+                    raise
+                binary = True  # an error page in a coding it did not ask for: the status says enough
+        if not binary:
             body, truncated = _body.read_capped(response.iter_raw(), coding,
                                                 max_bytes if ok else min(max_bytes, ERROR_BODY_BYTES))
         if not media_type and body:

@@ -10,6 +10,7 @@ import httpx
 
 from nexus_core import ToolDef, ToolResult, failure
 
+from ._body import is_text_type, parse_content_type
 from ._errors import FetchError
 from ._fetch import Fetched, Fetcher
 from ._net import Resolver, system_resolver
@@ -85,7 +86,8 @@ def _error_page(fetched: Fetched) -> str:
     head = f"HTTP {fetched.status}{f' {fetched.reason}' if fetched.reason else ''} from {fetched.final_url}"
     content = fetched.content.strip()
     if not content:
-        return f"{head}\n\n[the body ({fetched.content_type}) is not text]" if fetched.content_type else head
+        media_type = parse_content_type(fetched.content_type)[0]
+        return f"{head}\n\n[the body ({media_type}) is not text]" if media_type and not is_text_type(media_type) else head
     if len(content) > ERROR_BODY_CHARS:
         content = content[:ERROR_BODY_CHARS] + f"\n[... {len(content) - ERROR_BODY_CHARS} more characters]"
     return f"{head}\n\n{content}"
