@@ -45,7 +45,7 @@ def test_the_timeout_covers_all_the_redirects_together(web: Nexus, site: Site) -
     # each hop answers in 150 ms, well inside 0.5 s; five of them are not
     result = assert_error(web.invoke("webfetch", {"url": site.url("/slow-chain"), "timeout": 0.5}))
     assert result.error == f"timed out after 0.5 s waiting for a response from {site.url('/slow-chain')}"
-    assert 2 <= len(site.requests) <= 4
+    assert len(site.requests) >= 2  # it was the hops together, not one slow hop
 
 
 @pytest.fixture
@@ -147,8 +147,7 @@ def test_codings_it_did_not_ask_for_are_refused(web: Nexus, site: Site, path: st
     ("/octets", ("refused: the response is application/octet-stream, which is not text; webfetch returns text "
                  "only (HTML, Markdown, plain text, JSON, XML, ...)")),
     ("/lying", "refused: the response (declared text/html) holds binary data; webfetch returns text only"),
-    ("/untyped?kind=binary", ("refused: the response (declared text/plain) holds binary data; webfetch returns "
-                              "text only")),
+    ("/untyped?kind=binary", "refused: the response holds binary data; webfetch returns text only"),
 ])
 def test_binary_content_is_refused_with_its_type(web: Nexus, site: Site, path: str, error: str) -> None:
     assert assert_error(web.invoke("webfetch", {"url": site.url(path)}), kind="failure").error == error

@@ -115,13 +115,14 @@ class Fetcher:
         if not binary:
             body, truncated = _body.read_capped(response.iter_raw(), coding,
                                                 max_bytes if ok else min(max_bytes, ERROR_BODY_BYTES))
-        if not media_type and body:
-            media_type = "text/html" if _body.looks_like_html(body) else "text/plain"
+        response.close()  # all that is wanted is read: let the connection go before converting
         if _body.looks_binary(body[:4096]):
             if ok:
                 raise Refused(f"the response{f' (declared {media_type})' if media_type else ''} holds "
                               "binary data; webfetch returns text only")
-            body, binary = b"", True
+            body = b""
+        if not media_type and body:
+            media_type = "text/html" if _body.looks_like_html(body) else "text/plain"
         return Fetched(
             url="", final_url=_shown(response.request.url), status=response.status_code,
             reason=response.reason_phrase, content_type=response.headers.get("content-type", ""),
