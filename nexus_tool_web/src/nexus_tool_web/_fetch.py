@@ -14,7 +14,7 @@ import httpx
 from . import _body, _convert
 from ._errors import FetchError, Refused
 from ._net import Deadline, DeadlineExceeded, GuardedBackend, GuardedTransport, Resolver
-from ._policy import SECTION, Policy, _shown
+from ._policy import SECTION, Policy, shown_url
 from ._settings import Settings
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -80,15 +80,15 @@ class Fetcher:
                     with _network_errors(target, deadline, "waiting for a response from"):
                         response = client.send(client.build_request("GET", target), stream=True)
                 except Refused as exc:
-                    raise exc if source is None else exc.on_redirect(len(redirects), _shown(source)) from None
+                    raise exc if source is None else exc.on_redirect(len(redirects), shown_url(source)) from None
                 try:
                     if response.status_code in REDIRECTS and "location" in response.headers:
                         if len(redirects) >= self.settings.max_redirects:
                             raise Refused(f"{url} redirects more than {self.settings.max_redirects} times "
                                           f"({SECTION}.max_redirects); the last one leads to "
-                                          f"{_shown(_redirect_target(target, response.headers['location']))}")
+                                          f"{shown_url(_redirect_target(target, response.headers['location']))}")
                         source, target = target, _redirect_target(target, response.headers["location"])
-                        redirects.append(_shown(target))
+                        redirects.append(shown_url(target))
                         continue
                     with _network_errors(target, deadline, "reading the body of"):
                         fetched = self._read(response, fmt, max_bytes)
@@ -124,7 +124,7 @@ class Fetcher:
         if not media_type and body:
             media_type = "text/html" if _body.looks_like_html(body) else "text/plain"
         return Fetched(
-            url="", final_url=_shown(response.request.url), status=response.status_code,
+            url="", final_url=shown_url(response.request.url), status=response.status_code,
             reason=response.reason_phrase, content_type=response.headers.get("content-type", ""),
             content=_render(body, media_type, charset, fmt), truncated=truncated,
         )
@@ -153,13 +153,13 @@ def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
     try:
         return current.join(location.strip())
     except (httpx.InvalidURL, ValueError) as exc:
-        raise FetchError(f"{_shown(current)} redirects to {location!r}, which is not a valid URL: {exc}") from None
+        raise FetchError(f"{shown_url(current)} redirects to {location!r}, which is not a valid URL: {exc}") from None
 
 
 @contextmanager
 def _network_errors(url: httpx.URL, deadline: Deadline, doing: str) -> Iterator[None]:
     """Turn what the network layers raise into a FetchError whose message names the URL."""
-    shown = _shown(url)
+    shown = shown_url(url)
     host = url.host
     try:
         yield

@@ -204,17 +204,17 @@ class Policy:
     def check_url(self, url: httpx.URL) -> None:
         """Raise Refused for a URL that may not be fetched whatever its host resolves to."""
         if url.scheme not in ("http", "https"):
-            what = f"a {url.scheme}: URL" if url.scheme else f"{_shown(url)!r}, which has no scheme,"
+            what = f"a {url.scheme}: URL" if url.scheme else f"{shown_url(url)!r}, which has no scheme,"
             raise Refused(f"{what} is not fetched; webfetch fetches only http and https URLs")
         if url.userinfo:
-            raise Refused(f"{_shown(url)} carries a user name or password; webfetch sends no credentials, "
+            raise Refused(f"{shown_url(url)} carries a user name or password; webfetch sends no credentials, "
                           "so give the URL without them")
         host = url.raw_host.decode("ascii")
         if not host:
-            raise Refused(f"{_shown(url)} names no host")
+            raise Refused(f"{shown_url(url)} names no host")
         port = url.port if url.port is not None else (443 if url.scheme == "https" else 80)
         if not 1 <= port <= 65535:
-            raise Refused(f"port {port} of {_shown(url)} is not a TCP port (1-65535)")
+            raise Refused(f"port {port} of {shown_url(url)} is not a TCP port (1-65535)")
         if self.ports is not None and port not in self.ports:
             allowed = ", ".join(map(str, sorted(self.ports))) or "none"
             raise Refused(f"port {port} is not in {SECTION}.allow_ports ({allowed}); allow it there")
@@ -259,7 +259,7 @@ class Policy:
                 raise Refused(f"{what}; allow it with {SECTION}.allow_hosts")
 
 
-def _shown(url: httpx.URL) -> str:
+def shown_url(url: httpx.URL) -> str:
     """A URL for a message, its password (if any) hidden."""
     if url.password:
         return str(url.copy_with(username=url.username, password="***"))
