@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,17 @@ PACKAGES = {
     "nexus-tool-file": REPO / "nexus_tool_file",
     "nexus-tool-code-exec": REPO / "nexus_tool_code_exec",
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point XDG_STATE_HOME at a temporary folder for the whole run: a Nexus whose config names
+    no session_dir keeps its sessions below it (docs/configuration.md), and a test run must not
+    leave folders in the home directory of whoever runs it."""
+    with pytest.MonkeyPatch.context() as patch:
+        state = tmp_path_factory.mktemp("xdg_state")
+        patch.setenv("XDG_STATE_HOME", str(state))
+        yield state
 
 
 def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:

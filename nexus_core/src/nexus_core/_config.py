@@ -3,11 +3,18 @@
 Every key is optional. Unknown keys and wrong types are errors naming their path, and for YAML
 the file and line. Plugin sections are checked later, against the schema each plugin declares
 (`nexus_config_schema`), because only then is it known which plugins are installed.
+
+YAML is read with bounds (`load_yaml`): a file's size, its nesting, and the number of values it
+stands for once its aliases are expanded, so a few hundred bytes of aliases (a "billion laughs")
+are an error naming the file and line rather than gigabytes of memory. SKILL.md front matter is
+read the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +28,7 @@ CORE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "workspace": {"type": "string", "default": "."},
-        "session_dir": {"type": "string", "default": ".nexus/sessions"},
+        "session_dir": {"type": "string"},  # default: default_session_dir(workspace)
         "skills": {"type": "array", "items": {"type": "string"}, "default": ["./skills"]},
         "plugins": {
             "type": "object",
@@ -71,6 +78,128 @@ def close_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the largest config file read, in bytes: a config is a page or two of YAML (parsing 256 KiB of
+#: YAML takes PyYAML about 2 s)
+MAX_CONFIG_BYTES = 256 << 10
+#: the most values (scalars, lists, mappings) one YAML document may stand for once every alias is
+#: expanded: far more than any config or front matter holds, far less than an alias bomb's billions
+MAX_YAML_VALUES = 100_000
+#: the deepest nesting of lists and mappings, aliases expanded (the code that walks the values
+#: recurses; 64 levels is far more than a config uses)
+MAX_YAML_DEPTH = 64
+
+
+class YAMLLimitError(yaml.MarkedYAMLError):
+    """A YAML document that is valid but passes one of the bounds above; `problem` names the bound
+    and `problem_mark` the place (`problem_mark.line` counts from 0, as in every YAML error)."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (the pure-Python one, whose error messages and lines are the more
+    precise) that stops composing past `max_depth` levels, before Python's recursion limit."""
+
+    max_depth = MAX_YAML_DEPTH
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > self.max_depth:
+                raise YAMLLimitError(f"lists and mappings nest more than {self.max_depth} levels deep here, "
+                                     "the deepest Nexus reads", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, max_values: int, max_depth: int) -> None:
+    """Raise YAMLLimitError when `root`, its aliases expanded, holds more than `max_values`
+    values or nests deeper than `max_depth`, or when an alias refers to a node that contains it.
+
+    An alias is the very node its anchor names (the composer shares it, it does not copy), so the
+    document is a graph; each node's expanded size and depth are worked out once, bottom up, in a
+    walk of that graph that costs one step per node and edge, not per expanded value."""
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    in_progress: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            in_progress.discard(key)
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            height[key] = 1 + max((height[id(k)] for k in kids), default=0)
+            if size[key] > max_values:
+                raise YAMLLimitError(f"aliases expand this value to more than {max_values} values, the most "
+                                     "Nexus reads from one YAML document (an alias bomb?)", node.start_mark)
+            if height[key] > max_depth:
+                raise YAMLLimitError(f"lists and mappings nest more than {max_depth} levels deep here "
+                                     "(aliases expanded), the deepest Nexus reads", node.start_mark)
+            continue
+        if key in in_progress:
+            raise YAMLLimitError("this list or mapping holds an alias to itself (a recursive alias), "
+                                 "which cannot be expanded", node.start_mark)
+        if key in size:
+            continue
+        in_progress.add(key)
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in _children(node))
+
+
+def load_yaml(text: str, max_values: int = MAX_YAML_VALUES,
+              max_depth: int = MAX_YAML_DEPTH) -> tuple[yaml.Node | None, Any]:
+    """`(node, data)` of a one-document YAML text, read with the safe loader: the composed node
+    graph (for line numbers) and the plain values built from it.
+
+    Raises `yaml.YAMLError` for text that is not YAML, and `YAMLLimitError` (a YAMLError with the
+    place) for a document whose aliases expand past `max_values` values or `max_depth` levels, or
+    that refers to itself. The bounds are checked on the composed graph, before any value is built
+    or walked. (The caller bounds the text's own size: composing is linear in it.)"""
+    loader = _BoundedLoader(text)
+    loader.max_depth = max_depth
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_expansion(node, max_values, max_depth)
+        try:
+            data = loader.construct_document(node)
+        except ValueError as exc:  # e.g. an integer of more digits than Python converts
+            raise YAMLLimitError(f"a value cannot be read: {exc}", node.start_mark) from None
+        return node, data
+    finally:
+        loader.dispose()
+
+
+def default_session_dir(workspace: Path) -> Path:
+    """Where a workspace's sessions are kept when the config names no `session_dir`: a per-user
+    state folder outside every workspace, `$XDG_STATE_HOME/nexus/sessions/<name>-<hash>`
+    (`~/.local/state/...` when XDG_STATE_HOME is unset or not absolute, as the XDG spec says).
+    `<name>` is the workspace folder's name, for people; `<hash>` the first 16 hex digits of the
+    SHA-256 of its full path, so two workspaces never share a folder."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", workspace.name)[:48].lstrip(".") or "root"
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
+    return base / "nexus" / "sessions" / f"{name}-{digest}"
+
+
 class ConfigError(Exception):
     """Config that cannot be used. `problems` are lines of the form `where: what is wrong`."""
 
@@ -86,13 +215,24 @@ class NexusConfig:
     the config file (or the current folder for a dict)."""
 
     workspace: Path
-    session_dir: Path
+    _session_dir: Path | None  # None: the default, which follows the workspace
     skills: list[Path]
     active: list[str] | None
     blocked: list[str]
     plugin_sections: dict[str, dict[str, Any]]
     source: str | None = None
     _lines: dict[tuple[str, ...], int] = attrs.field(factory=dict, repr=False)
+
+    @property
+    def session_dir(self) -> Path:
+        """`session_dir` from the config, else `default_session_dir(workspace)`: outside the
+        workspace, so no tool a script can call writes there. Worked out from the workspace at
+        each use, so `Nexus(..., workspace=...)` moves the default with it."""
+        return self._session_dir if self._session_dir is not None else default_session_dir(self.workspace)
+
+    @session_dir.setter
+    def session_dir(self, value: str | os.PathLike[str] | None) -> None:
+        self._session_dir = Path(value) if value is not None else None
 
     def where(self, path: tuple[str, ...]) -> str:
         """`file:line` for a key path, as precisely as the YAML tells (else the file name)."""
@@ -179,6 +319,24 @@ def _empty_sections_as_dicts(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _read_config_text(path: Path, origin: str) -> str:
+    """The file's text, at most MAX_CONFIG_BYTES of UTF-8, or ConfigError saying why not."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{origin}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
+                           f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?"], origin)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError([f"{origin}:{line}: the config is not UTF-8 text (byte {exc.start}: {exc.reason})"],
+                          origin) from None
+
+
 def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -> NexusConfig:
     """Read and check the core part of a config: a YAML file's path, a dict, or None for defaults."""
     lines: dict[tuple[str, ...], int] = {}
@@ -191,18 +349,15 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
     else:
         path = Path(source)
         origin = str(source)
+        text = _read_config_text(path, origin)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
-        try:
-            node = yaml.compose(text)
-            data = yaml.safe_load(text)
+            node, data = load_yaml(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{origin}:{mark.line + 1}" if mark else origin
             problem = getattr(exc, "problem", None) or str(exc)
-            raise ConfigError([f"{where}: invalid YAML: {problem}"], origin) from None
+            what = "" if isinstance(exc, YAMLLimitError) else "invalid YAML: "
+            raise ConfigError([f"{where}: {what}{problem}"], origin) from None
         if node is not None:
             duplicates: list[tuple[tuple[str, ...], int, int]] = []
             lines = _line_map(node, (), duplicates)
@@ -233,7 +388,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
     sections = {k: (v or {}) for k, v in plugins.items() if k not in RESERVED_PLUGIN_KEYS}
     return NexusConfig(
         workspace=(base / os.path.expanduser(data["workspace"])).resolve(),
-        session_dir=(base / os.path.expanduser(data["session_dir"])),
+        session_dir=(base / os.path.expanduser(data["session_dir"])) if "session_dir" in data else None,
         skills=[(base / os.path.expanduser(s)) for s in data["skills"]],
         active=plugins.get("active"),
         blocked=list(plugins.get("blocked", [])),
