@@ -6,6 +6,7 @@ name a later run's id could pre-create its folder). Unique across threads and ac
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -30,7 +31,7 @@ def test_the_next_id_cannot_be_told_from_the_last() -> None:
     independent random ones do (a prefix and a counter shared 16 or more of 24). Fewer than 12
     differing digits out of 24 has a chance below 1e-9 for random ids."""
     ids = [new_call_id() for _ in range(2000)]
-    for a, b in zip(ids, ids[1:]):
+    for a, b in itertools.pairwise(ids):
         differing = sum(x != y for x, y in zip(digits(a), digits(b)))
         assert differing >= 12, (a, b)
         assert abs(int(digits(a), 16) - int(digits(b), 16)) > 1 << 64, (a, b)  # not a step of a counter

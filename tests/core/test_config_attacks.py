@@ -58,7 +58,7 @@ READER = textwrap.dedent("""
 
 def read_in_child(kind: str, path: Path) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-c", READER, kind, str(path)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
@@ -110,8 +110,8 @@ def test_a_recursive_alias_is_an_error_not_a_recursion_crash(tmp_path: Path) -> 
     path.write_text("workspace: .\nplugins: &p\n  nexus.tool.shell: *p\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert info.value.problems == [f"{path}:2: this list or mapping holds an alias to itself "
-                                   "(a recursive alias), which cannot be expanded"]
+    assert info.value.problems == [(f"{path}:2: this list or mapping holds an alias to itself "
+                                    "(a recursive alias), which cannot be expanded")]
 
 
 @pytest.mark.parametrize("style", ["flow", "block"])
@@ -143,8 +143,7 @@ def test_a_config_file_past_the_size_cap_is_refused_unread(tmp_path: Path, basel
     path = tmp_path / "nexus.yaml"
     with open(path, "w") as f:  # 64 MiB of comments: valid YAML, only too big
         f.write("workspace: .\n")
-        for _ in range(1 << 10):
-            f.write(("#" * 1023 + "\n") * 64)
+        f.writelines(("#" * 1023 + "\n") * 64 for _ in range(1 << 10))
     report = read_in_child("config", path)
     assert report["outcome"] == (f"{path}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
                                  f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?")
@@ -208,8 +207,7 @@ def test_front_matter_past_its_cap_is_refused(tmp_path: Path) -> None:
 def test_a_skill_file_past_its_cap_is_refused_unread(tmp_path: Path, baseline: dict[str, Any]) -> None:
     path = skill_file(tmp_path / "huge", "name: huge\n", body="")
     with open(path, "a") as f:  # 64 MiB of body
-        for _ in range(1 << 10):
-            f.write(("x" * 1023 + "\n") * 64)
+        f.writelines(("x" * 1023 + "\n") * 64 for _ in range(1 << 10))
     report = read_in_child("skill", path)
     assert report["outcome"] == (f"{path}: the file is larger than {MAX_SKILL_BYTES} bytes "
                                  f"({MAX_SKILL_BYTES >> 20} MiB), the most a SKILL.md may be; move long "

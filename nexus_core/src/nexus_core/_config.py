@@ -327,8 +327,9 @@ def _read_config_text(path: Path, origin: str) -> str:
     except OSError as exc:
         raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{origin}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
-                           f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?"], origin)
+        too_big = (f"{origin}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
+                   f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?")
+        raise ConfigError([too_big], origin)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -68,7 +68,7 @@ def nexus_config_schema() -> dict[str, Any]:
 @hookimpl
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = Workspace.at(nexus.config.workspace)
+    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
     for name, handler, description, input_schema, output_schema, writes in TOOLS:
         if writes and settings.read_only:
             continue  # removed, not refused: the model is never offered a tool it may not use
