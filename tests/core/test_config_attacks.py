@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_core._config import MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_VALUES
-from nexus_core.skills import MAX_FRONT_MATTER_BYTES, MAX_SKILL_BYTES, discover_skills, load_skill
 
 from nexus_core import ConfigError, load_config
+from nexus_core._config import MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_VALUES
+from nexus_core.skills import MAX_FRONT_MATTER_BYTES, MAX_SKILL_BYTES, discover_skills, load_skill
 
 #: the classic "billion laughs" in YAML: 9 levels of 9 aliases each, 9**9 strings once expanded,
 #: in under 400 bytes

@@ -21,11 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nexus_tool_file._beneath as beneath
 import pytest
-from nexus_core.testing import NexusFactory
 
 from nexus_core import Nexus
+from nexus_core.testing import NexusFactory
 
 SECRET = "SECRET-OUTSIDE"
 
@@ -56,16 +55,6 @@ ATTACKER = textwrap.dedent("""
 
 def _has_renameat2() -> bool:
     return hasattr(ctypes.CDLL(None), "renameat2")
-
-
-@pytest.fixture(params=["openat2", "walk"])
-def opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each attack runs against both ways of opening beneath the workspace."""
-    if request.param == "openat2" and beneath._syscall is None:
-        pytest.skip(f"no openat2 here: {beneath.WHY_NOT_OPENAT2}")
-    if request.param == "walk":
-        monkeypatch.setattr(beneath, "_syscall", None)
-    return str(request.param)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

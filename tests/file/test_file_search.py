@@ -8,7 +8,7 @@ import pytest
 
 from nexus_core import Nexus
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_file._search import compile_glob
+from nexus_tool_file._patterns import compile_glob, subject
 
 
 @pytest.fixture
@@ -45,9 +45,17 @@ def tree(nexus_workspace: Path) -> Path:
     ("[ab]*.txt", "b.txt", True),
     (".*", ".hidden", True),
     ("a+b(c).txt", "a+b(c).txt", True),
+    ("*.{py{,i},md}", "a.pyi", True),  # nested choices
+    ("*.{py{,i},md}", "a.pyc", False),
+    ("{**/,}test_*.py", "a/b/test_x.py", True),  # `**` as a whole segment of a choice
+    ("{**/,}test_*.py", "test_x.py", True),
+    ("{a", "{a", True),  # an unclosed brace is a literal
+    ("a},b", "a},b", True),
+    ("[]]x", "]x", True),  # `]` first in a class is a member
+    ("*", "caf\udce9", True),  # a name that is not UTF-8 still matches `*`
 ])
 def test_compile_glob(pattern: str, path: str, matches: bool) -> None:
-    assert (compile_glob(pattern).match(path) is not None) is matches
+    assert (compile_glob(pattern).match(subject(path)) is not None) is matches
 
 
 # -- glob -----------------------------------------------------------------------------------

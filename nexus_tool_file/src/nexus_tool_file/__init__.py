@@ -8,9 +8,12 @@ confined to the workspace.
         max_read_bytes: 262144
         max_results: 500      # paths, matches or entries per glob, grep or list
         exclude: [.git, node_modules, ...]   # folders glob and grep skip
+        max_search_seconds: 30   # glob and grep stop then, returning what they found
 
 The workspace is `workspace:` in the config (or `nexus --workspace DIR`). Paths are relative to
-it; `..`, absolute paths outside it and symlinks that lead out are refused. See docs/tool-file.md.
+it; `..`, absolute paths outside it and symlinks that lead out are refused, and every path is
+opened beneath the workspace in one step (no check-then-open race). Patterns are matched by RE2,
+in linear time. See docs/tool-file.md.
 """
 
 from __future__ import annotations

@@ -233,9 +233,11 @@ class Workspace:
                 except NotADirectoryError:
                     raise FileToolError(f"cannot create {requested}: {prefix} is a file, not a folder") from None
                 except FileNotFoundError:
+                    making = _join(self._real_rel(current, "/".join(parts[:i])), part)
+                    self.guard(making, requested)  # no folder is made in the session folder
                     try:
                         os.mkdir(part, dir_fd=current)
-                        created.append(_join(self._real_rel(current, "/".join(parts[:i])), part))
+                        created.append(making)
                     except FileExistsError:
                         pass  # made meanwhile: open it like any other
                     # opened in the folder it was made in, not followed if it became a symlink

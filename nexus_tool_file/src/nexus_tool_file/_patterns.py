@@ -36,6 +36,16 @@ MAX_GLOB_CHARS = 4096
 MAX_BRACE_DEPTH = 8
 #: how many choices all the `{a,b,...}` of one glob may hold together
 MAX_BRACE_CHOICES = 1024
+#: instruction-bytes one RE2 search may cost: its text is cut to pieces of at most this divided by
+#: the pattern's program size (`piece_bytes`). RE2 is linear in the text, but its slowest
+#: automaton costs ~4.5 ns per program instruction per byte here: `\w{1000}` four times (12,000
+#: instructions) takes 54 us a byte, a minute a megabyte. Capped like this, one search costs at
+#: most ~0.6 s, and a tool checks its deadline between searches.
+WORK_PER_SEARCH = 1 << 27
+#: the most a line is read at once (for the cheap patterns that are nearly all of them)
+MAX_PIECE_BYTES = 1 << 20
+#: the least: below it the pieces would be too small to hold a line worth finding
+MIN_PIECE_BYTES = 4 << 10
 #: memory RE2 may use for one compiled pattern (its program and its DFA cache), in bytes; a
 #: pattern whose program does not fit is refused, a search whose DFA fills it goes on with a
 #: slower automaton that is still linear
@@ -113,6 +123,11 @@ def compile_regex(pattern: str, ignore_case: bool = False) -> Any:
         return re2.compile(_to_re2(pattern), _options(ignore_case))
     except re2.error as exc:
         raise PatternError(_explain("regular expression", pattern, _message(exc))) from None
+
+
+def piece_bytes(regex: Any) -> int:
+    """How many bytes of a line one search of `regex` may take (see WORK_PER_SEARCH)."""
+    return max(MIN_PIECE_BYTES, min(MAX_PIECE_BYTES, WORK_PER_SEARCH // max(1, regex.programsize)))
 
 
 def _message(exc: Exception) -> str:

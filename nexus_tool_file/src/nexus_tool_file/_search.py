@@ -10,6 +10,7 @@ time linear in the text, whatever a model writes.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from typing import Any
@@ -19,7 +20,6 @@ from nexus_core import ToolResult
 from . import _patterns
 from ._beneath import READ_FILE
 from ._fileio import SNIFF_BYTES, check_regular, looks_binary
-from ._files import LINE_PIECE_BYTES
 from ._paths import FileToolError, Found, Workspace
 from ._patterns import compile_glob, subject
 from ._settings import Settings
@@ -67,7 +67,8 @@ GLOB_OUTPUT: dict[str, Any] = {
         "paths": {"type": "array", "items": {"type": "string"},
                   "description": "matching files, relative to the workspace root: each folder's "
                                  "files by name, then its subfolders'"},
-        "truncated": {"type": "boolean", "description": "more files match than were returned"},
+        "truncated": {"type": "boolean", "description": "more files may match than were returned (the limit, "
+                                                       "or max_search_seconds, was reached)"},
     },
     "required": ["paths", "truncated"],
     "additionalProperties": False,
@@ -90,18 +91,23 @@ def glob(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
     # Without `**` (or a choice that may hide one) a pattern fixes the depth: walk no deeper.
     depth = None if "**" in pattern or "{" in pattern else pattern.count("/") + 1
     found: list[str] = []
+    deadline = _Deadline(settings.max_search_seconds)
     try:
         for file in ws.walk_files(base, settings.exclude, depth):
+            if deadline.check():
+                break
             if regex.match(subject(_below(base, file.rel))):
                 found.append(file.rel)
                 if len(found) > limit:
                     break
     finally:
         _patterns.purge()
-    truncated = len(found) > limit
+    truncated = len(found) > limit or deadline.passed
     paths = found[:limit]
     lines = list(paths)
-    if not paths:
+    if deadline.passed:
+        lines.append(deadline.note("glob"))
+    elif not paths:
         lines.append(f"[no files match {pattern!r} under {shown}]")
     elif truncated:
         lines.append(f"[showing the first {limit} matches; narrow the pattern or path for the rest]")
@@ -115,7 +121,8 @@ GREP_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "pattern": {"type": "string", "minLength": 1,
-                    "description": "Regular expression (Python syntax) searched for in each line."},
+                    "description": "Regular expression searched for in each line: Python's syntax, matched by "
+                                   "RE2, so without backreferences or lookaround."},
         "path": {"type": "string", "default": ".",
                  "description": "File or folder to search, relative to the workspace root (default: the root)."},
         "include": {"type": "string",
@@ -142,7 +149,8 @@ GREP_OUTPUT: dict[str, Any] = {
             "required": ["path", "line", "text"],
             "additionalProperties": False,
         }},
-        "truncated": {"type": "boolean", "description": "there are more matches than were returned"},
+        "truncated": {"type": "boolean", "description": "there may be more matches than were returned (the "
+                                                       "limit, or max_search_seconds, was reached)"},
     },
     "required": ["matches", "truncated"],
     "additionalProperties": False,
@@ -154,10 +162,10 @@ GREP_DESCRIPTION = (
 )
 
 
-def _pieces(fd: int) -> Iterator[tuple[int, bytes, bool]]:
+def _pieces(fd: int, size: int) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, piece, is the line's first piece) of a text file's lines; nothing for a
-    binary, irregular or unreadable one. A line longer than LINE_PIECE_BYTES comes in pieces,
-    so memory stays bounded whatever the file holds."""
+    binary, irregular or unreadable one. A line longer than `size` bytes comes in pieces, so
+    memory and the cost of one search stay bounded whatever the file holds."""
     try:
         check_regular(fd, "")  # a FIFO or a device: not searched
         with open(fd, "rb", closefd=False) as f:
@@ -165,11 +173,11 @@ def _pieces(fd: int) -> Iterator[tuple[int, bytes, bool]]:
                 return
             f.seek(0)
             number, first = 0, True
-            while piece := f.readline(LINE_PIECE_BYTES):
+            while piece := f.readline(size):
                 if first:
                     number += 1
                 yield number, piece, first
-                first = piece.endswith(b"\n") or len(piece) < LINE_PIECE_BYTES
+                first = piece.endswith(b"\n") or len(piece) < size
     except (OSError, FileToolError):
         return  # unreadable (permissions, vanished mid-walk), or not a file: not a match, not a failure
 
@@ -205,16 +213,38 @@ def _files_to_search(ws: Workspace, base: str, kind: str, settings: Settings) ->
 _HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
 
 
-def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], most: int) -> None:
-    """Add the matching lines of one file to `matches`, stopping past `most`."""
+class _Deadline:
+    """When a search must stop: `max_search_seconds` after it started."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self.passed = False
+
+    def check(self) -> bool:
+        """True (and from then on) once the time is up."""
+        if not self.passed and time.monotonic() >= self.at:
+            self.passed = True
+        return self.passed
+
+    def note(self, tool: str) -> str:
+        return (f"[{tool} stopped after max_search_seconds={self.seconds:g}: what was found so far is shown; "
+                "narrow the pattern, path or include]")
+
+
+def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], most: int,
+                 deadline: _Deadline) -> None:
+    """Add the matching lines of one file to `matches`, stopping past `most` or the deadline."""
     matched_line = 0
     head = b""
-    for number, piece, first in _pieces(fd):
+    for number, piece, first in _pieces(fd, _patterns.piece_bytes(regex)):
+        if deadline.check():
+            return
         if first:
             head = piece[:_HEAD_BYTES]
         if number == matched_line:
             continue  # the rest of a long line that already matched
-        if regex.search(_searchable(piece)):
+        if regex.search(_searchable(piece.rstrip(b"\r\n"))):  # the line, without its end
             matched_line = number
             text = head.decode("utf-8", "replace").rstrip("\r\n")
             if len(text) > MAX_LINE_CHARS:
@@ -239,6 +269,7 @@ def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
 
     matches: list[dict[str, Any]] = []
+    deadline = _Deadline(settings.max_search_seconds)
     try:
         with closing(_files_to_search(ws, base, kind, settings)) as files:
             for rel, fd in files:
@@ -247,18 +278,20 @@ def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
                         name = rel.rpartition("/")[2] if include_by_name else (_below(base, rel) or ".")
                         if not include_regex.match(subject(name)):
                             continue
-                    _search_file(fd, rel, regex, matches, limit)
+                    _search_file(fd, rel, regex, matches, limit, deadline)
                 finally:
                     os.close(fd)
-                if len(matches) > limit:
+                if len(matches) > limit or deadline.check():
                     break
     finally:
         _patterns.purge()
 
-    truncated = len(matches) > limit
+    truncated = len(matches) > limit or deadline.passed
     matches = matches[:limit]
     lines = [f"{m['path']}:{m['line']}:{m['text']}" for m in matches]
-    if not matches:
+    if deadline.passed:
+        lines.append(deadline.note("grep"))
+    elif not matches:
         where = f"{shown} (files matching {include!r})" if include else shown
         lines.append(f"[no lines match {pattern!r} in {where}]")
     elif truncated:
