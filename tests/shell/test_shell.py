@@ -222,6 +222,17 @@ def test_a_session_folder_put_inside_the_workspace_is_refused_as_workdir(
     assert_ok(nx.invoke("shell", {"command": "pwd", "workdir": "sub"}))  # the rest of the workspace is fine
 
 
+def test_nexus_doctor_warns_of_a_session_folder_inside_the_workspace(
+        nexus_factory: NexusFactory, nexus_workspace: Path, tmp_path: Path) -> None:
+    import nexus_tool_shell
+
+    inside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(nexus_workspace / "s")})
+    assert nexus_tool_shell.nexus_doctor(inside)[-1].startswith(
+        f"warning: the session folder ({nexus_workspace / 's'}) is inside the workspace")
+    outside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(tmp_path / "elsewhere")})
+    assert [line for line in nexus_tool_shell.nexus_doctor(outside) if line.startswith("warning")] == []
+
+
 def test_a_session_folder_that_is_the_workspace_refuses_every_command(
         nexus_factory: NexusFactory, nexus_workspace: Path) -> None:
     nx = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(nexus_workspace)})

@@ -208,6 +208,20 @@ def nexus_config_schema() -> dict[str, Any]:
 
 
 @hookimpl
+def nexus_doctor(nexus: Nexus) -> list[str]:
+    """The shell is no sandbox: say where its commands start, and warn when run records are
+    within their reach by default."""
+    root = Path(os.path.realpath(nexus.config.workspace))
+    session = Path(os.path.realpath(nexus.config.session_dir))
+    lines = [f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
+             "whatever the host user can"]
+    if session.is_relative_to(root):
+        lines.append(f"warning: the session folder ({nexus.config.session_dir}) is inside the workspace: the shell "
+                     "refuses to start a command there, but a command can cd to it; keep it outside")
+    return lines
+
+
+@hookimpl
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     config = nexus.plugin_config(PLUGIN_ID)
     if config["timeout_seconds"] > config["max_timeout_seconds"]:
