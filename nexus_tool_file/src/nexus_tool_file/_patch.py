@@ -182,10 +182,30 @@ def _parse_hunks(lines: list[str], i: int, end: int, op: FileOp) -> int:
 # -- 2. plan --------------------------------------------------------------------------------
 
 
-def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool) -> int | None:
+#: line comparisons one patch may make to place its hunks (a few seconds of Python): a hunk of
+#: thousands of lines against a file of as many alike lines would otherwise cost hours
+MAX_COMPARISONS = 10_000_000
+
+
+class _Budget:
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+        self.left = MAX_COMPARISONS
+
+    def spend(self, count: int, hunk: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise PatchError(f"{self.shown}: placing hunk {hunk} takes more than {MAX_COMPARISONS} line "
+                             "comparisons (the comparison limit of one patch); give an @@ line near the change, "
+                             "or smaller hunks with lines that occur less often")
+
+
+def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool,
+          budget: _Budget, hunk: int) -> int | None:
     """Where `pattern` occurs in `lines` at or after `start`. Tries an exact match first, then
     ignoring trailing whitespace, then ignoring surrounding whitespace: models often get
-    indentation of blank lines or trailing spaces wrong, rarely the text itself."""
+    indentation of blank lines or trailing spaces wrong, rarely the text itself. Each line
+    compared is counted against `budget`."""
     last = len(lines) - len(pattern)
     if last < start:
         return None
@@ -193,11 +213,26 @@ def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool
     if at_end:  # `*** End of File`: the end of the file is the place to look first
         candidates.insert(0, last)
     normalizers: list[Callable[[str], str]] = [lambda s: s, str.rstrip, str.strip]
+    size = len(pattern)
     for norm in normalizers:
         wanted = [norm(p) for p in pattern]
+        first = wanted[0]
+        compared = 0
         for at in candidates:
-            if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):
+            compared += 1
+            if norm(lines[at]) != first:
+                continue
+            k = 1
+            while k < size and norm(lines[at + k]) == wanted[k]:
+                k += 1
+            compared += k
+            if k == size:
+                budget.spend(compared, hunk)
                 return at
+            if compared > 100_000:
+                budget.spend(compared, hunk)
+                compared = 0
+        budget.spend(compared, hunk)
     return None
 
 
@@ -211,9 +246,10 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
         lines.pop()
     edits: list[tuple[int, int, list[str]]] = []  # (at, how many old lines, new lines)
     position = 0
+    budget = _Budget(shown)
     for number, hunk in enumerate(hunks, 1):
         if hunk.anchor is not None:
-            found = _seek(lines, [hunk.anchor], position, False)
+            found = _seek(lines, [hunk.anchor], position, False, budget, number)
             if found is None:
                 raise PatchError(f"{shown}: hunk {number} does not apply: its @@ line {hunk.anchor!r} "
                                  f"was not found{f' after line {position}' if position else ''}")
@@ -221,11 +257,11 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
         if not hunk.old:  # only additions: after the anchor, or at the end of the file
             edits.append((position if hunk.anchor is not None else len(lines), 0, hunk.replacement([])))
             continue
-        found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
+        found = _seek(lines, hunk.old, position, hunk.at_end_of_file, budget, number)
         if found is None and hunk.body[-1] == (" ", "") and len(hunk.old) > 1:
             # A trailing empty context line is often the patch's own final newline.
             hunk = Hunk(hunk.anchor, hunk.body[:-1], hunk.at_end_of_file)
-            found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
+            found = _seek(lines, hunk.old, position, hunk.at_end_of_file, budget, number)
         if found is None:
             expected = "\n".join(f"  {line}" for line in hunk.old)
             raise PatchError(f"{shown}: hunk {number} does not apply: these lines were not found"
