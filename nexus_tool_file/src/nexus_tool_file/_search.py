@@ -10,6 +10,7 @@ time linear in the text, whatever a model writes.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Generator, Iterator
 from contextlib import closing
@@ -162,16 +163,27 @@ GREP_DESCRIPTION = (
 )
 
 
-def _pieces(fd: int, size: int) -> Iterator[tuple[int, bytes, bool]]:
+def _pieces(fd: int, size: int, whole: tuple[Any, bool] | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, piece, is the line's first piece) of a text file's lines; nothing for a
     binary, irregular or unreadable one. A line longer than `size` bytes comes in pieces, so
-    memory and the cost of one search stay bounded whatever the file holds."""
+    memory and the cost of one search stay bounded whatever the file holds.
+
+    With `whole` (from `_whole_file_regex`), a file of at most `size` bytes of UTF-8 is first
+    searched whole, in one RE2 call, and yields nothing when that finds nothing: most files of a
+    search do not match, and one call on the whole text is far cheaper than one per line."""
     try:
         check_regular(fd, "")  # a FIFO or a device: not searched
         with open(fd, "rb", closefd=False) as f:
             if looks_binary(f.read(SNIFF_BYTES)):
                 return
             f.seek(0)
+            if whole is not None:
+                regex, no_cr = whole
+                text = f.read(size + 1)
+                if (len(text) <= size and _is_utf8(text) and not (no_cr and b"\r" in text)
+                        and not regex.search(text)):
+                    return
+                f.seek(0)
             number, first = 0, True
             while piece := f.readline(size):
                 if first:
@@ -182,16 +194,44 @@ def _pieces(fd: int, size: int) -> Iterator[tuple[int, bytes, bool]]:
         return  # unreadable (permissions, vanished mid-walk), or not a file: not a match, not a failure
 
 
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: `\A`, `\z` and `\Z` mean the start and end of a line to grep, of the text to a search of a
+#: whole file: with one (anywhere, even escaped: conservative), files are searched line by line only
+_TEXT_ANCHORS = re.compile(r"\\[AzZ]")
+
+
+def _whole_file_regex(pattern: str, regex: Any, ignore_case: bool) -> tuple[Any, bool] | None:
+    """The regex that searches a whole file for `_pieces`' first look, and whether it is only
+    valid for files without `\\r`; None when a whole-file search could miss a line that matches.
+
+    A pattern without anchors matches a line only where it matches the text around it. With `^`
+    or `$`, multi-line mode makes them match at line starts and ends, which is what they mean on
+    one line, as long as no line ends with `\\r` (grep strips it from a line, `$` would stop before it)."""
+    if _TEXT_ANCHORS.search(pattern):
+        return None
+    if "^" not in pattern and "$" not in pattern:
+        return regex, False
+    try:
+        return _patterns.compile_regex("(?m)" + pattern, ignore_case), True
+    except FileToolError:
+        return None
+
+
 def _searchable(piece: bytes) -> bytes:
     """The piece as RE2 reads it: UTF-8 as it is; a line with bytes that are not UTF-8 decoded with
     U+FFFD for them (as Python's `re` over decoded text saw it), so `.` still matches there."""
-    if piece.isascii():
+    if _is_utf8(piece):
         return piece
-    try:
-        piece.decode("utf-8")
-        return piece
-    except UnicodeDecodeError:
-        return piece.decode("utf-8", "replace").encode("utf-8")
+    return piece.decode("utf-8", "replace").encode("utf-8")
 
 
 def _files_to_search(ws: Workspace, base: str, kind: str, settings: Settings) -> Generator[tuple[str, int]]:
@@ -233,11 +273,11 @@ class _Deadline:
 
 
 def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], most: int,
-                 deadline: _Deadline) -> None:
+                 deadline: _Deadline, whole: tuple[Any, bool] | None) -> None:
     """Add the matching lines of one file to `matches`, stopping past `most` or the deadline."""
     matched_line = 0
     head = b""
-    for number, piece, first in _pieces(fd, _patterns.piece_bytes(regex)):
+    for number, piece, first in _pieces(fd, _patterns.piece_bytes(regex), whole):
         if deadline.check():
             return
         if first:
@@ -256,7 +296,9 @@ def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], m
 
 def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
     pattern: str = arguments["pattern"]
-    regex = _patterns.compile_regex(pattern, bool(arguments.get("ignore_case")))
+    ignore_case = bool(arguments.get("ignore_case"))
+    regex = _patterns.compile_regex(pattern, ignore_case)
+    whole = _whole_file_regex(pattern, regex, ignore_case)
     include: str = arguments.get("include", "")
     include_regex = compile_glob(include) if include else None
     include_by_name = "/" not in include  # `*.py` names files; `src/**/*.py` places them
@@ -278,7 +320,7 @@ def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
                         name = rel.rpartition("/")[2] if include_by_name else (_below(base, rel) or ".")
                         if not include_regex.match(subject(name)):
                             continue
-                    _search_file(fd, rel, regex, matches, limit, deadline)
+                    _search_file(fd, rel, regex, matches, limit, deadline, whole)
                 finally:
                     os.close(fd)
                 if len(matches) > limit or deadline.check():
