@@ -145,10 +145,13 @@ class Workspace:
                                 "are kept; the file tools do not touch it")
 
     def _real_rel(self, fd: int, fallback: str) -> str:
-        """Where the open `fd` is, relative to the root, as the kernel says (else `fallback`)."""
+        """Where the open `fd` is, relative to the root, as the kernel says; where it cannot say
+        (no /proc), `fallback` with its symlinks resolved by name, for naming and the session
+        check only (what was opened was opened beneath the workspace either way)."""
         path = fd_path(fd)
         if path is None:
-            return fallback
+            resolved = self._rel_of(os.path.realpath(os.path.join(self.root, fallback)))
+            return resolved if resolved is not None else fallback
         rel = self._rel_of(path)
         if rel is None:  # moved out from under the call after it was opened
             raise OutsideWorkspace(f"{fallback or '.'}: it was moved outside the workspace ({self.root}) "
