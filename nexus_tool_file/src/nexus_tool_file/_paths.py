@@ -254,10 +254,13 @@ class Workspace:
 
     @contextmanager
     def in_folder(self, rel: str) -> Iterator[int]:
-        """An anchor fd of the existing folder `rel` (real, relative to the root), opened beneath."""
+        """An anchor fd of the existing folder `rel` (real, relative to the root), opened beneath,
+        and not in the session folder (checked on what was opened: a folder swapped for a symlink
+        since `rel` was worked out cannot lead there)."""
         with self.anchor() as root_fd:
             fd = self._open_rel(root_fd, rel, DIR_ANCHOR, rel or ".")
         try:
+            self.guard(self._real_rel(fd, rel), rel or ".")
             yield fd
         finally:
             os.close(fd)
@@ -314,6 +317,7 @@ class Workspace:
         in `start`. Deep trees cost no recursion and no extra fds.
         """
         session = self._session_rel()
+        self.guard(start, start or ".")
         with self.anchor() as root_fd:
             fd = self._open_rel(root_fd, start, READ_DIR, start or ".")
         # frames: (rel, (st_dev, st_ino), subfolders still to visit); the last is where fd is

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from typing import Any
 
@@ -234,25 +234,6 @@ def _searchable(piece: bytes) -> bytes:
     return piece.decode("utf-8", "replace").encode("utf-8")
 
 
-def _files_to_search(ws: Workspace, base: str, kind: str, settings: Settings) -> Generator[tuple[str, int]]:
-    """(rel, an fd to read) of each file grep searches; the caller closes each fd."""
-    if kind == "file":
-        opened = ws.open(base, READ_FILE)
-        yield opened.rel, opened.fd
-        return
-    found: Found
-    for found in ws.walk_files(base, settings.exclude):
-        try:
-            fd = found.open_read()
-        except (OSError, FileToolError):
-            continue  # vanished, swapped, unreadable
-        yield found.rel, fd
-
-
-#: bytes of a line kept to show it: enough for MAX_LINE_CHARS characters of any UTF-8
-_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
-
-
 class _Deadline:
     """When a search must stop: `max_search_seconds` after it started."""
 
@@ -270,6 +251,32 @@ class _Deadline:
     def note(self, tool: str) -> str:
         return (f"[{tool} stopped after max_search_seconds={self.seconds:g}: what was found so far is shown; "
                 "narrow the pattern, path or include]")
+
+
+def _files_to_search(ws: Workspace, base: str, kind: str, settings: Settings, wanted: Callable[[str], bool],
+                     deadline: _Deadline) -> Generator[tuple[str, int]]:
+    """(rel, an fd to read) of each file grep searches (those `wanted` says yes to), until the
+    deadline; the caller closes each fd."""
+    if kind == "file":
+        if wanted(base):
+            opened = ws.open(base, READ_FILE)
+            yield opened.rel, opened.fd
+        return
+    found: Found
+    for found in ws.walk_files(base, settings.exclude):
+        if deadline.check():
+            return
+        if not wanted(found.rel):
+            continue
+        try:
+            fd = found.open_read()
+        except (OSError, FileToolError):
+            continue  # vanished, swapped, unreadable
+        yield found.rel, fd
+
+
+#: bytes of a line kept to show it: enough for MAX_LINE_CHARS characters of any UTF-8
+_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
 
 
 def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], most: int,
@@ -310,16 +317,18 @@ def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
         raise FileToolError(f"{shown} is neither a regular file nor a folder")
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
 
+    def wanted(rel: str) -> bool:
+        if include_regex is None:
+            return True
+        name = rel.rpartition("/")[2] if include_by_name else (_below(base, rel) or ".")
+        return include_regex.match(subject(name)) is not None
+
     matches: list[dict[str, Any]] = []
     deadline = _Deadline(settings.max_search_seconds)
     try:
-        with closing(_files_to_search(ws, base, kind, settings)) as files:
+        with closing(_files_to_search(ws, base, kind, settings, wanted, deadline)) as files:
             for rel, fd in files:
                 try:
-                    if include_regex is not None:
-                        name = rel.rpartition("/")[2] if include_by_name else (_below(base, rel) or ".")
-                        if not include_regex.match(subject(name)):
-                            continue
                     _search_file(fd, rel, regex, matches, limit, deadline, whole)
                 finally:
                     os.close(fd)
