@@ -28,6 +28,17 @@ PACKAGES = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point XDG_STATE_HOME at a temporary folder for the whole run: a Nexus whose config names
+    no session_dir keeps its sessions below it (docs/configuration.md), and a test run must not
+    leave folders in the home directory of whoever runs it."""
+    with pytest.MonkeyPatch.context() as patch:
+        state = tmp_path_factory.mktemp("xdg_state")
+        patch.setenv("XDG_STATE_HOME", str(state))
+        yield state
+
+
 def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
     if proc.returncode != 0:
