@@ -22,6 +22,7 @@ PACKAGES = {
     "nexus-rt-tool-shell": REPO / "nexus_tool_shell",
     "nexus-rt-tool-file": REPO / "nexus_tool_file",
     "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
+    "nexus-rt-mcp": REPO / "nexus_mcp",
 }
 
 
