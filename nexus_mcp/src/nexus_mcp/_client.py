@@ -82,6 +82,8 @@ class McpClient:
         self._registered: dict[str, dict[str, ToolDef]] = {s.name: {} for s in servers}
         self._from_cache: set[str] = set()
         self._problems: dict[str, list[str]] = {s.name: [] for s in servers}
+        #: while the Nexus starts: the listings of the servers started with it, by server
+        self._deferred: dict[str, list[dict[str, Any]]] | None = None
 
     # -- start ------------------------------------------------------------------------------
 
@@ -101,7 +103,16 @@ class McpClient:
         from ._connection import STOP_SECONDS, _describe
 
         deadline = max(c.config.start_timeout_seconds for c in to_start) + STOP_SECONDS
-        outcomes = self._loop.run(self._start_all(to_start), timeout=deadline)
+        # the servers start at once, and finish in any order; their tools are registered in the
+        # order of the config, so which of two colliding names wins does not depend on timing
+        self._deferred = {}
+        try:
+            outcomes = self._loop.run(self._start_all(to_start), timeout=deadline)
+        finally:
+            deferred, self._deferred = self._deferred, None
+        for name in self.configs:
+            if name in deferred:
+                self._apply(name, deferred[name])
         for connection, outcome in zip(to_start, outcomes):
             if not isinstance(outcome, BaseException):
                 continue
@@ -141,7 +152,11 @@ class McpClient:
         from ._convert import tool_json
 
         listing = [tool_json(t) for t in tools]
-        await asyncio.to_thread(self._apply, connection.name, listing, False)
+        deferred = self._deferred
+        if deferred is not None:  # the servers starting with the Nexus: applied in config order
+            deferred[connection.name] = listing
+        else:
+            await asyncio.to_thread(self._apply, connection.name, listing, False)
         await asyncio.to_thread(self._write_cache, connection.config, listing)
 
     def _apply(self, server: str, tools: list[dict[str, Any]], from_cache: bool = False) -> None:

@@ -22,13 +22,19 @@ def tool_json(tool: types.Tool) -> dict[str, Any]:
     return _dump(tool)
 
 
+def _decoded_size(data: str) -> int:
+    """The size of what base64 `data` encodes, without decoding it."""
+    data = data.rstrip()
+    return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+
+
 def _mention(block: Any) -> str | None:
     """What `output` says about a content block that is not text, so a model reading only the
     text still knows it is there."""
     if isinstance(block, types.ImageContent):
-        return f"[image: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+        return f"[image: {block.mime_type}, {_decoded_size(block.data)} bytes]"
     if isinstance(block, types.AudioContent):
-        return f"[audio: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+        return f"[audio: {block.mime_type}, {_decoded_size(block.data)} bytes]"
     if isinstance(block, types.ResourceLink):
         return f"[resource link: {block.name} <{block.uri}>]"
     if isinstance(block, types.EmbeddedResource):
