@@ -41,11 +41,11 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool) -> int:
     """Serve every tool of this Nexus (run_code included) over MCP, each call through its gates.
 
     stdio by default: nothing but the protocol is written to stdout (a plugin's stray output goes
-    to stderr). Runs until the client closes stdin, or until interrupted (Ctrl-C, SIGTERM).
+    to stderr). Runs until the client closes stdin, or until stopped: SIGTERM exits 0, Ctrl-C 130.
     """
     import anyio
 
-    from ._serve import NexusMcpServer, claim_stdio, sigterm_interrupts
+    from ._serve import NexusMcpServer, Terminated, claim_stdio, stop_on_sigterm
 
     if stateless and http is None:
         raise UsageError("--stateless goes with --http: a stdio server has one client and keeps its session")
@@ -60,8 +60,10 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool) -> int:
                        f"{' (stateless)' if stateless else ''}", err=True)
 
         try:
-            with sigterm_interrupts():
+            with stop_on_sigterm():
                 anyio.run(lambda: server.serve_http(host, port, stateless=stateless, on_ready=ready))
+        except Terminated:
+            pass
         finally:
             server.close()
         return EXIT_OK
@@ -70,8 +72,10 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool) -> int:
         nx = state.open(ctx)
         server = NexusMcpServer(nx)
         try:
-            with sigterm_interrupts():
+            with stop_on_sigterm():
                 anyio.run(server.serve_stdio, wire_in, wire_out)
+        except Terminated:
+            pass
         finally:
             server.close()
             nx.close()  # while stdout is still stderr: a plugin's goodbye print must not reach the client

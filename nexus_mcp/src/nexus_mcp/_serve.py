@@ -19,12 +19,14 @@ import asyncio
 import io
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 import mcp_types as types
@@ -32,7 +34,6 @@ from mcp.server import Server
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
-from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
@@ -107,7 +108,7 @@ class NexusMcpServer:
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT_CALLS)
-        self._legacy_sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._legacy_connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._notify_pending = False
         self._tools_cache: tuple[int, list[types.Tool]] | None = None
@@ -182,10 +183,14 @@ class NexusMcpServer:
         )
 
     async def _track_sessions(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        """Remember each 2025-era session, to tell it when the tool list changes (a 2026-era client
-        asks for that itself, with `subscriptions/listen`)."""
+        """Remember each 2025-era connection, to tell it when the tool list changes (a 2026-era
+        client asks for that itself, with `subscriptions/listen`). `ctx.session` is a proxy made
+        per request; the connection behind it lives as long as the client stays, and the SDK
+        offers no public way to it from a low-level handler (mcp 2.3), hence `_connection`."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            self._legacy_sessions.add(ctx.session)
+            connection = getattr(ctx.session, "_connection", None)
+            if connection is not None and hasattr(connection, "send_tool_list_changed"):
+                self._legacy_connections.add(connection)
         return await call_next(ctx)
 
     # -- tools/list_changed -------------------------------------------------------------------
@@ -207,21 +212,21 @@ class NexusMcpServer:
     async def _notify(self) -> None:
         self._notify_pending = False
         await self._bus.publish(ToolsListChanged())
-        for session in list(self._legacy_sessions):
+        for connection in list(self._legacy_connections):
             try:
-                await session.send_tool_list_changed()
+                await connection.send_tool_list_changed()
             except Exception:  # noqa: BLE001 (a client that left)
-                self._legacy_sessions.discard(session)
+                self._legacy_connections.discard(connection)
 
     # -- transports ---------------------------------------------------------------------------
 
     async def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         """Serve one client over a pair of byte streams (`claim_stdio`'s) until stdin ends."""
         self._loop = asyncio.get_running_loop()
-        reader = anyio.wrap_file(io.TextIOWrapper(stdin, encoding="utf-8", errors="replace"))
-        writer = anyio.wrap_file(io.TextIOWrapper(stdout, encoding="utf-8", newline="\n", write_through=True))
+        reader = _DaemonStream(io.TextIOWrapper(stdin, encoding="utf-8", errors="replace"), "stdin")
+        writer = _DaemonStream(io.TextIOWrapper(stdout, encoding="utf-8", newline="\n", write_through=True), "stdout")
         try:
-            async with stdio_server(stdin=reader, stdout=writer) as (read_stream, write_stream):
+            async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as (read_stream, write_stream):
                 await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
         finally:
             self._loop = None
@@ -256,6 +261,60 @@ class NexusMcpServer:
             self._loop = None
 
 
+class _DaemonStream:
+    """A blocking text stream as the SDK's stdio transport wants it (`async for line`, `await
+    write`, `await flush`), each operation run on a thread of the stream's own. That thread is
+    a daemon: a read blocked on a client that neither writes nor closes (and a write blocked on
+    one that does not read) cannot keep the process from exiting when the server is stopped,
+    as it would on anyio's worker threads."""
+
+    def __init__(self, file: IO[str], name: str) -> None:
+        self._file = file
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]]] = queue.SimpleQueue()
+        threading.Thread(target=self._work, name=f"nexus mcp serve {name}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            try:
+                outcome: tuple[Any, BaseException | None] = (job(), None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the awaiting task)
+                outcome = (None, exc)
+            try:
+                future.get_loop().call_soon_threadsafe(_settle, future, *outcome)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                return
+
+    async def _run(self, job: Callable[[], Any]) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._jobs.put((job, future))
+        return await future
+
+    async def write(self, text: str) -> None:
+        await self._run(lambda: self._file.write(text))
+
+    async def flush(self) -> None:
+        await self._run(self._file.flush)
+
+    def __aiter__(self) -> _DaemonStream:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._run(self._file.readline)
+        if not line:
+            raise StopAsyncIteration
+        return str(line)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 @contextmanager
 def claim_stdio() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
     """Private copies of the process's stdin and stdout for the protocol; meanwhile fd 1 points
@@ -288,15 +347,22 @@ def claim_stdio() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
                 pass
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: the server stops, the Nexus closes, the command exits 0. A BaseException,
+    like KeyboardInterrupt, so no `except Exception` on the way swallows it."""
+
+
 @contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt (as SIGINT does), so the server unwinds and the Nexus
-    closes (stopping the MCP servers it started) instead of dying on the spot."""
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (how service managers and `docker stop` end a server) raises `Terminated`, so the
+    server unwinds and the Nexus closes, stopping the MCP servers it started, instead of the
+    process dying on the spot. uvicorn handles SIGTERM itself while it serves (a graceful
+    shutdown) and raises the signal again when done, which lands here."""
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = signal.signal(signal.SIGTERM, terminate)
     except ValueError:  # not the main thread
         yield
         return
@@ -304,4 +370,3 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-

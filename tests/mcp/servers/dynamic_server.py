@@ -2,21 +2,18 @@
 
 It starts with the tools named by `--tool` (default: `grow`, `shrink`, `hello`). Calling
 `grow {"name": X}` adds a tool X (which answers with its own name); `shrink {"name": X}` removes
-one. Either way the server tells its clients: a `ToolsListChanged` event on a 2026-era
-`subscriptions/listen` stream, `notifications/tools/list_changed` on a 2025-era session.
+one. Either way the server tells its clients with a `ToolsListChanged` event on their 2026-era
+`subscriptions/listen` streams (legacy_server.py is the 2025-era counterpart).
 """
 
 from __future__ import annotations
 
 import argparse
-import weakref
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -27,7 +24,6 @@ NAME_ARGUMENT = {"type": "object", "properties": {"name": {"type": "string"}}, "
 def build(initial: list[str]) -> Server[Any]:
     tools: dict[str, types.Tool] = {}
     bus = InMemorySubscriptionBus()
-    sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
 
     def add(name: str) -> None:
         schema = NAME_ARGUMENT if name in ("grow", "shrink") else {"type": "object", "properties": {}}
@@ -38,14 +34,8 @@ def build(initial: list[str]) -> Server[Any]:
 
     async def changed() -> None:
         await bus.publish(ToolsListChanged())
-        for session in list(sessions):
-            try:
-                await session.send_tool_list_changed()
-            except Exception:  # a client that left
-                sessions.discard(session)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        sessions.add(ctx.session)
         return types.ListToolsResult(tools=list(tools.values()))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -64,12 +54,8 @@ def build(initial: list[str]) -> Server[Any]:
             text = f"this is {params.name}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    class Notifying(Server[Any]):
-        def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-            return super().create_initialization_options(NotificationOptions(tools_changed=True), *args, **kwargs)
-
-    server = Notifying("dynamic", on_list_tools=list_tools, on_call_tool=call_tool,
-                       on_subscriptions_listen=ListenHandler(bus))
+    server = Server("dynamic", on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_subscriptions_listen=ListenHandler(bus))
     return server
 
 
