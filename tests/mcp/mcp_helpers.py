@@ -153,4 +153,4 @@ def run_nexus(*args: str, cwd: Path, env: dict[str, str] | None = None, input: s
               timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The `nexus` command of this venv, as a user runs it."""
     return subprocess.run([str(BIN / "nexus"), *args], cwd=cwd, env=env, input=input, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)

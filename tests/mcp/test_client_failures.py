@@ -290,18 +290,18 @@ def test_env_args_and_cwd_reach_the_server_with_variables_expanded(
 
 @pytest.mark.parametrize(("server", "message"), [
     ({"command": "x", "env": {"TOKEN": "${NEXUS_TEST_UNSET_VAR}"}},
-     "plugins.nexus.mcp.client.servers.bad.env.TOKEN: environment variable NEXUS_TEST_UNSET_VAR is not set "
-     "(it is used as ${NEXUS_TEST_UNSET_VAR})"),
+     ("plugins.nexus.mcp.client.servers.bad.env.TOKEN: environment variable NEXUS_TEST_UNSET_VAR is not set "
+      "(it is used as ${NEXUS_TEST_UNSET_VAR})")),
     ({"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer ${NEXUS_TEST_UNSET_VAR}"}},
      "plugins.nexus.mcp.client.servers.bad.headers.Authorization: environment variable NEXUS_TEST_UNSET_VAR"),
     ({"command": "x", "args": ["--key", "${1BAD}"]},
      "plugins.nexus.mcp.client.servers.bad.args.1: ${1BAD} is not a variable name"),
     ({"command": "x", "url": "http://x/mcp"},
-     "plugins.nexus.mcp.client.servers.bad: give either `command` (a stdio server) or `url` (a streamable HTTP "
-     "server), not both"),
+     ("plugins.nexus.mcp.client.servers.bad: give either `command` (a stdio server) or `url` (a streamable HTTP "
+      "server), not both")),
     ({"args": []}, "plugins.nexus.mcp.client.servers.bad: give either `command`"),
-    ({"url": "http://x/mcp", "env": {}}, "plugins.nexus.mcp.client.servers.bad.env: not a setting of a streamable "
-                                         "HTTP server"),
+    ({"url": "http://x/mcp", "env": {}},
+     "plugins.nexus.mcp.client.servers.bad.env: not a setting of a streamable HTTP server"),
 ])
 def test_bad_server_settings_are_config_errors_naming_the_key(
         server: dict[str, Any], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -358,7 +358,7 @@ def inspector(*args: str, env: dict[str, str], cwd: Path) -> Any:
     if npx is None:
         pytest.skip("npx is not installed (Node.js 20 brings it): the MCP Inspector CLI cannot run")
     proc = subprocess.run([npx, "-y", INSPECTOR, "--cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, check=False)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout)
 
@@ -396,9 +396,8 @@ def test_the_mcp_inspector_cli_over_http(served: tuple[Path, dict[str, str]], tm
 def test_serving_in_process_follows_the_registry(tmp_path: Path) -> None:
     """The server object, for a host that mounts it in its own app: it lists what the registry
     holds right now, and stops watching the Nexus when closed."""
-    from nexus_mcp._serve import NexusMcpServer
-
     from nexus_core import tool
+    from nexus_mcp import NexusMcpServer
 
     @tool
     def ping() -> str:
@@ -434,7 +433,7 @@ def test_stdio_leaves_the_process_streams_as_they_were(tmp_path: Path) -> None:
         "    wire_out.write(b'protocol\\n')\n"
         "print('after')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "protocol\nafter\n" and proc.stderr == "stray\n"

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nexus_core import Nexus
 
     from ._client import McpClient, ServerStatus
+    from ._serve import NexusMcpServer
 
 __version__ = "0.1.0"
 
@@ -78,4 +79,12 @@ class McpClientPlugin:
         cli.add_command(mcp_group)
 
 
-__all__ = ["PLUGIN_ID", "McpClientPlugin", "__version__"]
+def __getattr__(name: str) -> Any:
+    if name == "NexusMcpServer":  # imports the MCP SDK: only when asked for
+        from ._serve import NexusMcpServer
+
+        return NexusMcpServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PLUGIN_ID", "McpClientPlugin", "NexusMcpServer", "__version__"]

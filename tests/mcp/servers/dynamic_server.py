@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 NAME_ARGUMENT = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

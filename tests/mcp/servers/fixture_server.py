@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 
 import anyio
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from pydantic import BaseModel
 
 # a 1x1 PNG
 PNG = base64.b64decode(
