@@ -114,7 +114,6 @@ class SdkClients:
     def __init__(self, url: str) -> None:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
-
         from nexus_mcp._loop import LoopThread
 
         self.loop = LoopThread("bench-sdk")

@@ -159,8 +159,11 @@ class ServerConnection:
                 raise
             self._retire(run)
             raise
-        assert run.client is not None
-        return run.client
+        client = run.client
+        if client is None or run.closed:  # it started, and went away at once
+            self._retire(run)
+            raise ServerError(self.last_error or f"MCP server {self.name!r} stopped as soon as it started")
+        return client
 
     def _start(self) -> _Run:
         self.starts += 1

@@ -55,8 +55,8 @@ WATCH_PLUGIN = "nexus.mcp.serve"
 
 
 class _NotifyingServer(Server[Any]):
-    """The SDK's server, telling 2025-era clients at `initialize` that its tool and prompt lists
-    can change (the SDK's default says they cannot)."""
+    """The SDK's server, telling 2025-era clients at `initialize` that its tool list can change
+    (the SDK's default says it cannot)."""
 
     def create_initialization_options(
         self,
@@ -64,7 +64,7 @@ class _NotifyingServer(Server[Any]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
-        options = notification_options or NotificationOptions(tools_changed=True, prompts_changed=True)
+        options = notification_options or NotificationOptions(tools_changed=True)
         return super().create_initialization_options(options, experimental_capabilities, extensions)
 
 
