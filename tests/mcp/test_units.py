@@ -81,6 +81,18 @@ def test_recursive_definitions_stay_with_what_they_need() -> None:
     assert inline_refs(root) == root
 
 
+def test_a_schema_that_would_explode_is_left_as_it_was() -> None:
+    # each level refers to the next twice: inlined, 40 levels would make 2**40 objects
+    defs: dict[str, Any] = {f"L{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/L{i + 1}"},
+                                                                       "b": {"$ref": f"#/$defs/L{i + 1}"}}}
+                            for i in range(40)}
+    defs["L40"] = {"type": "string"}
+    schema = {"type": "object", "properties": {"top": {"$ref": "#/$defs/L0"}}, "$defs": defs}
+    assert inline_refs(schema) is schema
+    small = {"type": "object", "properties": {"top": {"$ref": "#/$defs/L35"}}, "$defs": defs}
+    assert "$ref" not in json.dumps(inline_refs(small))  # 5 levels: 63 objects, inlined
+
+
 def test_expand() -> None:
     environ = {"TOKEN": "abc", "EMPTY": ""}
     assert expand("Bearer ${TOKEN}", "k", environ) == "Bearer abc"

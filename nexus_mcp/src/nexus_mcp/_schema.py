@@ -8,6 +8,10 @@ the definition refers back to itself (a tree, a linked list): inlining that woul
 a recursive reference stays as it is, with the definitions it needs, and a consumer that cannot
 follow it treats that part as untyped JSON. References elsewhere (another document, a path that
 does not resolve) are left alone too.
+
+A schema comes from a server, so inlining is bounded: definitions that refer to each other twice
+over, level after level, would double the schema at each level, and a schema that would grow
+past `MAX_NODES` is kept as it was (with its references) instead.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 _DEF_KEYS = ("$defs", "definitions")
+#: how many objects and arrays an inlined schema may hold; past it, the schema is left as it was
+MAX_NODES = 20_000
+
+
+class _TooBig(Exception):
+    pass
 
 
 def _target(ref: Any, defs: dict[str, dict[str, Any]]) -> str | None:
@@ -74,8 +84,14 @@ def inline_refs(schema: Any) -> Any:
             if isinstance(sub, dict):
                 defs[f"{key}/{name}"] = sub
     keep = _recursive(defs)
+    made = 0
 
     def walk(node: Any, expanding: tuple[str, ...]) -> Any:
+        nonlocal made
+        if isinstance(node, (list, dict)):
+            made += 1
+            if made > MAX_NODES:
+                raise _TooBig
         if isinstance(node, list):
             return [walk(item, expanding) for item in node]
         if not isinstance(node, dict):
@@ -93,18 +109,21 @@ def inline_refs(schema: Any) -> Any:
             return {**resolved, **siblings}
         return {k: walk(v, expanding) for k, v in node.items() if k not in _DEF_KEYS}
 
-    out = walk(schema, ())
-    # the definitions the result still refers to, and the ones those refer to
-    needed = _refs_in(out, defs, set())
-    frontier = list(needed)
-    while frontier:
-        for name in _refs_in(walk(defs[frontier.pop()], ()), defs, set()):
-            if name not in needed:
-                needed.add(name)
-                frontier.append(name)
-    for key in _DEF_KEYS:
-        kept = {name.split("/", 1)[1]: walk(defs[name], ()) for name in sorted(needed)
-                if name.startswith(f"{key}/")}
-        if kept:
-            out[key] = kept
+    try:
+        out = walk(schema, ())
+        # the definitions the result still refers to, and the ones those refer to
+        needed = _refs_in(out, defs, set())
+        frontier = list(needed)
+        while frontier:
+            for name in _refs_in(walk(defs[frontier.pop()], ()), defs, set()):
+                if name not in needed:
+                    needed.add(name)
+                    frontier.append(name)
+        for key in _DEF_KEYS:
+            kept = {name.split("/", 1)[1]: walk(defs[name], ()) for name in sorted(needed)
+                    if name.startswith(f"{key}/")}
+            if kept:
+                out[key] = kept
+    except _TooBig:
+        return schema
     return out
