@@ -25,6 +25,7 @@ PACKAGES = {
     "nexus-rt-tool-file": REPO / "nexus_tool_file",
     "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
     "nexus-rt-tool-web": REPO / "nexus_tool_web",
+    "nexus-rt-mcp": REPO / "nexus_mcp",
 }
 
 

@@ -34,6 +34,7 @@ PACKAGES = {
     "nexus_tool_file": ("nexus_tool_file", {"nexus.tool.file"}),
     "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
     "nexus_tool_web": ("nexus_tool_web", {"nexus.tool.web"}),
+    "nexus_mcp": ("nexus_mcp", {"nexus.mcp.client"}),
     "examples/nexus-rt-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-rt-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }
