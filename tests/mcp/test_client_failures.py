@@ -25,7 +25,7 @@ from mcp_helpers import (
     wait_for,
 )
 
-from nexus_core import ConfigError, Nexus, ToolDef, hookimpl
+from nexus_core import ConfigError, ImageContent, Nexus, TextContent, ToolDef, format_tool_result, hookimpl
 
 FIXTURE = "fixture_server.py"
 
@@ -159,9 +159,13 @@ def test_tool_errors_images_and_nested_results(make_nexus: Callable[..., Nexus])
     image = nx.invoke("fx_image", {})
     assert not image.is_error
     assert image.output == "a red dot\n[image: image/png, 70 bytes]"  # the PNG is 70 bytes
-    blocks = image.metadata["mcp_content"]
-    assert [b["type"] for b in blocks] == ["text", "image"] and blocks[1]["mimeType"] == "image/png"
-    assert blocks[1]["data"].startswith("iVBORw0KGgo")
+    text, picture = image.content
+    assert text == TextContent("a red dot")
+    assert isinstance(picture, ImageContent) and picture.mime_type == "image/png"
+    assert picture.data.startswith("iVBORw0KGgo")
+    # and on to a provider as its own image content
+    anthropic = format_tool_result(image, "anthropic")
+    assert [b["type"] for b in anthropic["content"]] == ["text", "image"]
 
     segment = nx.tool("fx_segment")
     assert segment is not None and "$ref" not in json.dumps(segment.output_schema)
