@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nexus_tool_code_exec._wait import HOST_PERMITS, SPIN_SECONDS, PipeReader, SpinPermits
+from nexus_tool_code_exec._runner import HOST_PERMITS
+from nexus_tool_code_exec.protocol import SPIN_SECONDS, PipeReader, SpinPermits
 from proc_helpers import open_fds
 
 

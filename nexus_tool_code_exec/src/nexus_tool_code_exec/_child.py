@@ -16,14 +16,11 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 from __future__ import annotations
 
 import ast
-import base64
 import errno
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import itertools
 import json
-import marshal
 import os
 import re
 import sys
@@ -38,9 +35,11 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from ._wait import PipeReader
+from . import protocol
+from .protocol import SCRIPT_FILENAME, PipeReader
 
-SCRIPT_FILENAME = "script.py"
+#: the longest message the child reads from the host (the host is trusted: a START with the
+#: bindings of many tools, a RESULT with a large output)
 MAX_LINE = 64 * 1024 * 1024
 #: characters of output per "out" message (at most 12 bytes each once JSON-escaped)
 OUT_PIECE = 64 * 1024
@@ -116,7 +115,7 @@ def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], resu
     else:
         raise TypeError(f"tools.{name}: expected {args_cls.__name__}, got {type(args).__name__}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
-    reply = _channel.request({"t": "call", "name": name, "args": arguments, "p": in_parallel()})
+    reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
     result = reply.get("result") or {}
     error = result.get("error")
     if error is not None:
@@ -144,7 +143,7 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    """JSON lines over two fds. Any thread may `request`; whichever waiting thread holds the
+    """The pipes to the host. Any thread may `request`; whichever waiting thread holds the
     reader role reads replies and hands them to their waiters (so a lone caller reads its own
     reply directly, with no thread hop)."""
 
@@ -155,36 +154,28 @@ class Channel:
         self._replies: dict[int, dict[str, Any]] = {}
         self._reading = False
         self._closed: str | None = None
-        self._buf = b""
+        self._lines = protocol.LineReader(MAX_LINE)
         self._ids = itertools.count(1)
         # answers usually come within microseconds of a call: the reader spins first (but not
         # while a spare waits for its script: `expect` turns it on)
         self._reader = PipeReader(rfd, eager=False)
 
-    def send(self, msg: dict[str, Any]) -> None:
-        data = (_encode(msg) + "\n").encode()
+    def send(self, msg: Any) -> None:
+        data = _encode(msg)
         with self._wlock:
-            view = memoryview(data)
-            while view:
-                n = os.write(self.wfd, view)
-                view = view[n:]
+            protocol.write_all(self.wfd, data)
 
     def read_message(self) -> dict[str, Any]:
-        while b"\n" not in self._buf:
-            chunk = self._reader.read()
-            if not chunk:
-                raise ChannelClosed("the host closed the pipe")
-            self._buf += chunk
-            if len(self._buf) > MAX_LINE:
-                raise ChannelClosed("message too long")
-        line, _, self._buf = self._buf.partition(b"\n")
-        msg = json.loads(line)
-        if not isinstance(msg, dict):
-            raise ChannelClosed("not a message")
+        try:
+            msg = self._lines.read(self._reader.read)
+        except protocol.FramingError as exc:
+            raise ChannelClosed(str(exc)) from None
+        if msg is None:
+            raise ChannelClosed("the host closed the pipe")
         return msg
 
     def expect(self, window: float | None = None) -> None:
-        """A message is coming soon: poll for it before sleeping (see _wait.py)."""
+        """A message is coming soon: poll for it before sleeping (see protocol.PipeReader)."""
         self._reader.expect(window)
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -224,8 +215,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-#: one encoder for every message (json.dumps with options builds a new one per call)
-_encode = json.JSONEncoder(separators=(",", ":"), default=_json_default).encode
+#: the child's encoder: attrs instances from `tools` as their JSON form
+_encode = protocol.encoder(default=_json_default)
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -253,7 +244,7 @@ class StreamWriter:
             return len(text)  # past the cap nothing more is sent: do not buffer it either
         with self._lock:
             self._pending += text
-            if "\n" in self._pending or len(self._pending) >= 512:
+            if "\n" in self._pending or len(self._pending) >= protocol.OUTPUT_PIECE:
                 cut = self._pending.rfind("\n") + 1 or len(self._pending)
                 self._emit(self._pending[:cut])
                 self._pending = self._pending[cut:]
@@ -272,7 +263,7 @@ class StreamWriter:
         self._budget[0] -= len(data)
         # in pieces: one print of 40 MB must not become one message past the host's line limit
         for at in range(0, max(len(text), 1), OUT_PIECE):
-            msg: dict[str, Any] = {"t": "out", "s": self._stream, "d": text[at:at + OUT_PIECE]}
+            msg: dict[str, Any] = {"t": protocol.OUT, "s": self._stream, "d": text[at:at + OUT_PIECE]}
             if first_cut and at + OUT_PIECE >= len(text):
                 # told at once, not only in "done": a script that then fails or times out never
                 # sends "done", and its result must still say the output was cut
@@ -366,11 +357,9 @@ def _refused_operation(exc: BaseException, source: str) -> str | None:
     return None
 
 
-def dump_code(tree: Any) -> dict[str, str]:
-    """The script's code, compiled (by the host, from the AST its check parsed) for the child:
-    marshal data, tagged with the bytecode version it is for."""
-    code = compile(tree, SCRIPT_FILENAME, "exec", dont_inherit=True)
-    return {"magic": importlib.util.MAGIC_NUMBER.hex(), "marshal": base64.b64encode(marshal.dumps(code)).decode()}
+def dump_code(tree: Any) -> protocol.CompiledCode:
+    """The script's code, compiled (by the host, from the AST its check parsed) for the child."""
+    return protocol.pack_code(compile(tree, SCRIPT_FILENAME, "exec", dont_inherit=True))
 
 
 def load_code(start: dict[str, Any]) -> types.CodeType:
@@ -378,16 +367,14 @@ def load_code(start: dict[str, Any]) -> types.CodeType:
     interpreter's bytecode (a child's first compile pays for every page the compiler touches,
     ~0.3 ms, against ~20 us for this), else compiled here from the source. The host is trusted;
     what the child runs is the script either way."""
-    sent = start.get("code")
-    if isinstance(sent, dict) and sent.get("magic") == importlib.util.MAGIC_NUMBER.hex():
-        code = marshal.loads(base64.b64decode(sent["marshal"]))
-        if isinstance(code, types.CodeType):
-            return code
+    code = protocol.unpack_code(start.get("code"))
+    if code is not None:
+        return code
     return compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
 
 
 _SAMPLE_START = json.dumps({
-    "t": "start", "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
+    "t": protocol.START, "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
     "code": dump_code(ast.parse("def run(ctx):\n    return 1\n", SCRIPT_FILENAME)),
     "bindings_key": "", "skills": {}, "max_workers": 1, "max_output_bytes": 1, "max_result_bytes": 1, "timeout": 1,
 })
@@ -514,24 +501,24 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     except MemoryError:
         out.flush()
         err.flush()
-        return {"t": "error", "kind": "memory", "message": "memory limit exceeded"}
+        return {"t": protocol.ERROR, "kind": protocol.MEMORY, "message": "memory limit exceeded"}
     except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
         out.flush()
         err.flush()
         line = _script_line(exc.__traceback__)
         where = f"line {line}: " if line else ""
-        return {"t": "error", "kind": "runtime", "message": f"{where}{_describe(exc, start.get('script', ''))}",
+        return {"t": protocol.ERROR, "kind": protocol.RUNTIME, "message": f"{where}{_describe(exc, start.get('script', ''))}",
                 "traceback": "".join(traceback.format_exception(exc))[-4000:]}
     out.flush()
     err.flush()
     try:
         text = json.dumps(value, default=_json_default, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
-        return {"t": "error", "kind": "result", "message": str(exc)}
+        return {"t": protocol.ERROR, "kind": protocol.UNSERIALIZABLE, "message": str(exc)}
     limit = int(start.get("max_result_bytes", 1 << 20))
     if len(text) > limit:
-        return {"t": "error", "kind": "result_size", "message": f"{len(text)} bytes (the limit is {limit})"}
-    return {"t": "done", "result": text, "truncated": flags["truncated"]}
+        return {"t": protocol.ERROR, "kind": protocol.TOO_LARGE, "message": f"{len(text)} bytes (the limit is {limit})"}
+    return {"t": protocol.DONE, "result": text, "truncated": flags["truncated"]}
 
 
 def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
@@ -541,7 +528,7 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
         stage = Stage(channel)
         while start is None:
             msg = channel.read_message()
-            if msg.get("t") == "wake":  # its script is on its way: compile it, poll for the start
+            if msg.get("t") == protocol.WAKE:  # its script is on its way: compile it, poll for the start
                 channel.expect(min(float(msg.get("spin") or 0), 20000.0) / 1e6)
                 stage.precompile(msg.get("script"))
                 continue
@@ -574,7 +561,7 @@ def main() -> None:
 
             enter_sandbox(policy, keep_fds=(rfd, wfd))
         except Exception as exc:  # report it on the protocol: the host turns it into the error
-            Channel(rfd, wfd).send({"t": "error", "kind": "sandbox", "message": _describe(exc)})
+            Channel(rfd, wfd).send({"t": protocol.ERROR, "kind": protocol.SANDBOX, "message": _describe(exc)})
             os._exit(1)
     serve(rfd, wfd)
     sys.stdout = sys.__stdout__

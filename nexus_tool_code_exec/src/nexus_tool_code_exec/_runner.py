@@ -24,19 +24,20 @@ import attrs
 
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
+from . import protocol
 from ._launch import Child, Launcher, Watchdog
-from ._wait import HOST_PERMITS, PipeReader
+from .protocol import LineReader, PipeReader, SpinPermits
 
 log = logging.getLogger("nexus_tool_code_exec")
 
 MAX_MESSAGE = 32 * 1024 * 1024  # a line longer than this is a protocol violation (or than
 # what a result of max_result_bytes needs, if that is more)
-CHUNK = 512
 #: how much of the inner calls' arguments and outputs one run keeps for calls.jsonl; past it a
 #: record says how much it left out (a script must not make the host hold what its own memory
 #: limit would not let it hold)
 RECORD_BUDGET = 16 * 1024 * 1024
-_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+#: the host's encoder: what JSON has no type for (in a tool's output_structured) as its str()
+_encode = protocol.encoder(default=str)
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
@@ -79,14 +80,24 @@ class _ThreadCache:
 _readers = _ThreadCache()
 
 
+def _host_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: the host's: one spinning reader per CPU but one, so a run's child always has a CPU to run on
+HOST_PERMITS = SpinPermits(_host_cpus() - 1)
+
+
 @attrs.define
 class _ReadState:
     """The pipe being read, and what was read from it and not yet handled: passed from the
     thread that starts reading to the one that goes on, at the first tool call."""
 
     reader: PipeReader
-    buf: bytearray = attrs.field(factory=bytearray)
-    scanned: int = 0  # how much of buf is known to hold no newline
+    lines: LineReader
     pending: tuple[dict[str, Any], int] | None = None  # the call that ended the first thread's turn
 
 
@@ -260,11 +271,11 @@ class _Streamer:
         pending = self._pending[stream] + data
         while True:
             nl = pending.find("\n")
-            if nl >= 0 and nl < CHUNK:
+            if nl >= 0 and nl < protocol.OUTPUT_PIECE:
                 self._send(stream, pending[: nl + 1])
                 pending = pending[nl + 1:]
-            elif len(pending.encode("utf-8", "replace")) >= CHUNK:
-                head = pending.encode("utf-8", "replace")[:CHUNK].decode("utf-8", "ignore")
+            elif len(pending.encode("utf-8", "replace")) >= protocol.OUTPUT_PIECE:
+                head = pending.encode("utf-8", "replace")[:protocol.OUTPUT_PIECE].decode("utf-8", "ignore")
                 self._send(stream, head)
                 pending = pending[len(head):]
             else:
@@ -340,10 +351,8 @@ def take_early(launcher: Launcher, script: str) -> EarlyChild | None:
     if placement is None:
         return EarlyChild(child, None)
     try:
-        message = (_encode({"t": "wake", "spin": int(WAKE_SPIN * 1e6), "script": script}) + "\n").encode()
-        view = memoryview(message)
-        while view:
-            view = view[os.write(child.wfd, view):]
+        wake: protocol.WakeMessage = {"t": protocol.WAKE, "spin": int(WAKE_SPIN * 1e6), "script": script}
+        protocol.write_all(child.wfd, _encode(wake))
     except OSError:
         pass  # it is gone: the run finds out
     return EarlyChild(child, placement, woken=True)
@@ -407,7 +416,7 @@ class ScriptRun:
             reply["output_file"] = result.output_file
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
-        self._send({"t": "result", "id": rid, "result": reply})
+        self._send({"t": protocol.RESULT, "id": rid, "result": reply})
         # turned into its line of calls.jsonl now, while the child reads the answer: the end of
         # the run then only joins the lines
         self._record(call, result, size)
@@ -429,11 +438,11 @@ class ScriptRun:
             self.call_lines.append(line)
 
     def _refuse(self, msg: dict[str, Any], reason: str) -> None:
-        self._send({"t": "result", "id": msg.get("id"),
+        self._send({"t": protocol.RESULT, "id": msg.get("id"),
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
-    def _send(self, msg: dict[str, Any]) -> None:
-        data = (_encode(msg) + "\n").encode()
+    def _send(self, msg: Any) -> None:
+        data = _encode(msg)
         # the child is read under the lock: once the run has let go of it (and closed its fds,
         # whose numbers the process may reuse at once), a late answer is dropped, not written
         # into whatever file took the number
@@ -442,10 +451,7 @@ class ScriptRun:
             if child is None:
                 return
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(child.wfd, view)
-                    view = view[n:]
+                protocol.write_all(child.wfd, data)
             except OSError:
                 pass  # the child is gone; its end of the run is handled by the reader
 
@@ -519,7 +525,7 @@ class ScriptRun:
 
         # no spinning unless the run is placed (see _Placement): a spinning reader could keep
         # the child off the CPU the scheduler put it on
-        state = _ReadState(PipeReader(child.rfd, permits=HOST_PERMITS, eager=False))
+        state = _ReadState(PipeReader(child.rfd, permits=HOST_PERMITS, eager=False), LineReader(self.max_message))
 
         def read_on() -> None:
             if _place_reader(placement):
@@ -540,7 +546,7 @@ class ScriptRun:
         try:
             if placement is not None:
                 start = {**start, "spin": True}  # it may poll for its first call's answer too
-            self._send({"t": "start", **start})
+            self._send({"t": protocol.START, **start})
             if meanwhile is not None:
                 meanwhile()
             if placement is not None:
@@ -569,7 +575,7 @@ class ScriptRun:
             _unplace(placement)
             watchdog.cancel()
             status: int | None = None
-            if final is not None and final.get("t") == "done" and not violation:
+            if final is not None and final.get("t") == protocol.DONE and not violation:
                 child.end()  # it finished: it is exiting by itself; make sure of it without waiting
             else:
                 child.kill()
@@ -596,7 +602,7 @@ class ScriptRun:
             outcome.error = f"runtime error: the script's process broke the protocol ({violation}) and was stopped"
         elif final is None:
             outcome.error = self._death_message(status, child.cpu_seconds, self.settings.cpu_seconds)
-        elif final.get("t") == "done":
+        elif final.get("t") == protocol.DONE:
             sent = final.get("result")
             text = sent if isinstance(sent, str) else "null"
             if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
@@ -613,7 +619,7 @@ class ScriptRun:
         # nothing from the child but (maybe) its sandbox's error: the script never started
         never_started = not watchdog.fired and not violation and (
             (final is None and self._messages == 0)
-            or (final is not None and final.get("kind") == "sandbox" and self._messages == 1))
+            or (final is not None and final.get("kind") == protocol.SANDBOX and self._messages == 1))
         lost = getattr(launcher, "lost", None)
         self._lost_before_start = never_started and lost is not None and lost()
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
@@ -625,63 +631,43 @@ class ScriptRun:
         """Handle the child's messages until the end: the final message, or a protocol violation.
         With `hand_off`, stop instead at the first tool call and return None: the call is left
         in `state` for the thread that goes on reading."""
-        # Each byte is searched for a newline once and copied out once: rescanning and
-        # re-slicing the whole buffer per read or per line made an over-long line (or a burst
-        # of small messages) quadratic, which let a child keep the host busy for seconds.
-        buf = state.buf
+        lines, read = state.lines, state.reader.read
         if state.pending is not None:
-            msg, size = state.pending
+            call, size = state.pending
             state.pending = None
             try:
-                self._dispatch_call(msg, size)
+                self._dispatch_call(call, size)
             except ProtocolError as exc:
                 return None, str(exc)
         while True:
-            start = 0
-            while True:
-                nl = buf.find(b"\n", max(state.scanned, start))
-                if nl < 0:
-                    break
-                line = buf[start:nl]
-                start = nl + 1
-                try:
-                    msg = json.loads(line)
-                except (ValueError, RecursionError):  # nesting deep enough to exhaust the parser
-                    return None, "a line that is not JSON"
-                if not isinstance(msg, dict):
-                    return None, "a message that is not an object"
+            try:
+                msg = lines.next()
+                if msg is None:
+                    try:
+                        data = read()
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return None, None
+                    lines.feed(data)
+                    continue
                 self._messages += 1
                 kind = msg.get("t")
-                try:
-                    if kind == "out":
-                        self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
-                        if msg.get("truncated") is True:
-                            self.streamer.truncated = True
-                    elif kind == "call":
-                        if hand_off:
-                            del buf[:start]
-                            state.scanned = 0
-                            state.pending = (msg, len(line))
-                            return None
-                        self._dispatch_call(msg, len(line))
-                    elif kind in ("done", "error"):
-                        return msg, None
-                    else:
-                        return None, f"an unknown message type {kind!r}"
-                except ProtocolError as exc:
-                    return None, str(exc)
-            if start:
-                del buf[:start]
-            state.scanned = len(buf)
-            if state.scanned > self.max_message:
-                return None, "a message longer than the limit"
-            try:
-                chunk = state.reader.read()
-            except OSError:
-                chunk = b""
-            if not chunk:
-                return None, None
-            buf += chunk
+                if kind == protocol.OUT:
+                    self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
+                    if msg.get("truncated") is True:
+                        self.streamer.truncated = True
+                elif kind == protocol.CALL:
+                    if hand_off:
+                        state.pending = (msg, lines.size)
+                        return None
+                    self._dispatch_call(msg, lines.size)
+                elif kind in (protocol.DONE, protocol.ERROR):
+                    return msg, None
+                else:
+                    return None, f"an unknown message type {kind!r}"
+            except (ProtocolError, protocol.FramingError) as exc:
+                return None, str(exc)
 
     def _error_message(self, final: dict[str, Any]) -> str:
         kind, message = final.get("kind"), str(final.get("message", ""))

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from .protocol import write_all
+
 log = logging.getLogger("nexus_tool_code_exec")
 
 #: the files of a session folder made ahead (error.txt, for a failed run, is made when needed)
@@ -30,9 +32,7 @@ PENDING_PREFIX = ".pending-"
 
 def write_fd(fd: int, text: str) -> None:
     """All of `text`, as UTF-8 (characters UTF-8 cannot encode, lone surrogates, as '?')."""
-    view = memoryview(text.encode("utf-8", "replace"))
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, text.encode("utf-8", "replace"))
 
 
 def write_text(path: Path, text: str) -> None:

@@ -31,7 +31,6 @@ host -> zygote: {"t": "fork", "req": n}                  no spare at hand: a chi
 
 from __future__ import annotations
 
-import array
 import gc
 import json
 import os
@@ -49,6 +48,7 @@ from typing import Any
 
 import attrs
 
+from . import protocol
 from ._launch import CHILD_ENV, Child
 
 
@@ -123,12 +123,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
     children: set[int] = set()
     preloaded: dict[str, Any] = {}
 
-    def send(msg: dict[str, Any], fds: list[int] | None = None) -> None:
-        data = (json.dumps(msg) + "\n").encode()
-        if fds:
-            ctrl.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-        else:
-            ctrl.sendall(data)
+    def send(msg: Any, fds: list[int] | None = None) -> None:
+        protocol.send_with_fds(ctrl, msg, fds)
 
     def reap() -> None:
         while children:
@@ -139,7 +135,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             if pid == 0:
                 return
             children.discard(pid)
-            send({"t": "exit", "pid": pid, "status": _status_of(status),
+            send({"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
                   "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
 
     def fork_child() -> _Spare:
@@ -179,15 +175,15 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             child = fork_child()
         spares.append(child.pid)
         del spares[:-SPARES]  # older ones (of older bindings) the host drops
-        send({"t": "spare", "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
+        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
              [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
-    send({"t": "ready", "pid": os.getpid()})
+    send({"t": protocol.READY, "pid": os.getpid()})
     for _ in range(SPARES):
         push_spare()
-    buf = b""
+    lines = protocol.LineReader(1 << 30)  # the host is trusted
     while True:
         readable, _, _ = select.select([ctrl, wake_r], [], [])  # type: ignore[type-var]
         if wake_r in readable:
@@ -207,18 +203,16 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
             continue
         if not data:
             break  # the host went away: stop, and take the children with us
-        buf += data
-        while b"\n" in buf:
-            line, _, buf = buf.partition(b"\n")
-            msg = json.loads(line)
+        lines.feed(data)
+        while (msg := lines.next()) is not None:
             kind = msg.get("t")
-            if kind == "fork":  # the host has no spare at hand (concurrent runs)
+            if kind == protocol.FORK:  # the host has no spare at hand (concurrent runs)
                 child = fork_child()
-                send({"t": "forked", "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
+                send({"t": protocol.FORKED, "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
                      [child.host_read, child.host_write])
                 os.close(child.host_read)
                 os.close(child.host_write)
-            elif kind == "preload":
+            elif kind == protocol.PRELOAD:
                 try:
                     preloaded.clear()
                     preloaded[msg["key"]] = tools = _child.compile_bindings(msg["bindings"])
@@ -231,7 +225,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: dict[str, Any], scratc
                     key = ""
                 for _ in range(SPARES):  # spares with these bindings; the host drops older ones
                     push_spare()
-            elif kind == "kill":
+            elif kind == protocol.KILL:
                 pid = int(msg["pid"])
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
                     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
@@ -264,7 +258,8 @@ def _child_after_fork(rfd: int, wfd: int, policy: dict[str, Any], preloaded: dic
 
                 enter_sandbox(policy, keep_fds=(rfd, wfd))
             except Exception as exc:
-                _child.Channel(rfd, wfd).send({"t": "error", "kind": "sandbox", "message": _child._describe(exc)})
+                _child.Channel(rfd, wfd).send({"t": protocol.ERROR, "kind": protocol.SANDBOX,
+                                               "message": _child._describe(exc)})
                 os._exit(1)
         else:
             os.setpgid(0, 0)
@@ -383,50 +378,36 @@ class ZygoteLauncher:
             finally:
                 zygote_end.close()
             host_end.settimeout(30)
-            ready = self._read_line(host_end, b"")
-            if ready is None or ready[0].get("t") != "ready":
+            lines, passed = protocol.LineReader(1 << 20), list[list[int]]()
+            receive = protocol.fd_receiver(host_end, passed)
+            try:
+                ready = lines.read(receive)
+            except (OSError, protocol.FramingError):
+                ready = None
+            if ready is None or ready.get("t") != protocol.READY:
                 host_end.close()
                 raise ZygoteError("the zygote did not start")
             host_end.settimeout(None)
-            self.pid = ready[0]["pid"]
+            self.pid = ready["pid"]
             self._sock = host_end
             self._preloaded_key = None
-            self._reader = threading.Thread(target=self._read_ctrl, args=(host_end, ready[1]),
+            self._reader = threading.Thread(target=self._read_ctrl, args=(host_end, lines, receive, passed),
                                             daemon=True, name="run_code-zygote")
             self._reader.start()
             return host_end
 
-    @staticmethod
-    def _read_line(sock: socket.socket, buf: bytes) -> tuple[dict[str, Any], bytes] | None:
-        while b"\n" not in buf:
-            data = sock.recv(1 << 16)
-            if not data:
-                return None
-            buf += data
-        line, _, rest = buf.partition(b"\n")
-        return json.loads(line), rest
-
-    def _read_ctrl(self, sock: socket.socket, buf: bytes) -> None:
-        """Answers from the zygote. A `forked` answer comes with the child's two pipe ends, sent
-        with the message's bytes, so every recvmsg keeps what fds it got in arrival order."""
-        fds_queue: list[list[int]] = []
+    def _read_ctrl(self, sock: socket.socket, lines: protocol.LineReader, receive: Callable[[], bytes],
+                   passed: list[list[int]]) -> None:
+        """Answers from the zygote. SPARE and FORKED come with the child's two pipe ends, passed
+        with the message's bytes, so `passed` holds them in the order of the messages."""
         try:
             while True:
-                while b"\n" not in buf:
-                    fds = array.array("i")
-                    data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize))
-                    if not data:
-                        raise EOFError
-                    for level, kind, payload in ancdata:
-                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-                            fds_queue.append(list(fds))
-                    buf += data
-                line, _, buf = buf.partition(b"\n")
-                msg = json.loads(line)
+                msg = lines.read(receive)
+                if msg is None:
+                    raise EOFError
                 kind = msg.get("t")
-                if kind == "spare":
-                    got = fds_queue.pop(0) if fds_queue else []
+                if kind == protocol.SPARE:
+                    got = passed.pop(0) if passed else []
                     if len(got) != 2:
                         for fd in got:
                             os.close(fd)
@@ -443,9 +424,9 @@ class ZygoteLauncher:
                         self._spare_came.notify_all()
                     for old in dropped:
                         old.drop()
-                elif kind == "forked":
-                    got = fds_queue.pop(0) if fds_queue else []
-                    fut = self._pending.pop(msg.get("req"), None)
+                elif kind == protocol.FORKED:
+                    got = passed.pop(0) if passed else []
+                    fut = self._pending.pop(int(msg["req"]), None)
                     if fut is None or len(got) != 2:
                         for fd in got:
                             os.close(fd)
@@ -458,7 +439,7 @@ class ZygoteLauncher:
                     with self._lock:
                         self._exits[pid] = exit_future
                     fut.set_result((pid, str(msg["scratch"]), got[0], got[1], exit_future))
-                elif kind == "exit":
+                elif kind == protocol.EXIT:
                     with self._lock:
                         done = self._exits.pop(int(msg["pid"]), None)
                         dead = [sp for sp in self._spares if sp.pid == int(msg["pid"])]
@@ -490,19 +471,15 @@ class ZygoteLauncher:
                 self._sock = None  # the next launch starts a new zygote
                 sock.close()
 
-    def _send(self, sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None) -> None:
-        data = (json.dumps(msg) + "\n").encode()
+    def _send(self, sock: socket.socket, msg: Any, fds: list[int] | None = None) -> None:
         with self._send_lock:
-            if fds:
-                sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-            else:
-                sock.sendall(data)
+            protocol.send_with_fds(sock, msg, fds)
 
     def preload(self, key: str, bindings: str) -> None:
         """Have the zygote compile these bindings once, so children skip it."""
         sock = self._ensure()
         if self._preloaded_key != key:
-            self._send(sock, {"t": "preload", "key": key, "bindings": bindings})
+            self._send(sock, {"t": protocol.PRELOAD, "key": key, "bindings": bindings})
             self._preloaded_key = key
 
     def launch(self) -> Child:
@@ -569,7 +546,7 @@ class ZygoteLauncher:
             self._pending[req] = fut
         try:
             try:
-                self._send(sock, {"t": "fork", "req": req})
+                self._send(sock, {"t": protocol.FORK, "req": req})
             except OSError as exc:  # it died since _ensure looked
                 raise ZygoteError(f"the zygote is gone ({exc.strerror})") from None
             pid, scratch, rfd, wfd, exit_future = fut.result(timeout=30)
@@ -598,7 +575,7 @@ class ZygoteLauncher:
 
     def _kill(self, sock: socket.socket, pid: int) -> None:
         try:
-            self._send(sock, {"t": "kill", "pid": pid})
+            self._send(sock, {"t": protocol.KILL, "pid": pid})
         except OSError:
             pass
 

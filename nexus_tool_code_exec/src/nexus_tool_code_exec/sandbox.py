@@ -106,7 +106,7 @@ from typing import Any
 
 import attrs
 
-from . import _landlock, _seccomp
+from . import _landlock, _seccomp, protocol
 
 # The order enter() applies them in; see the module docstring.
 LAYERS: tuple[str, ...] = ("env", "rlimits", "net", "uid", "fs", "seccomp")
@@ -790,38 +790,37 @@ def run_in_child(policy: SandboxPolicy, fn: Callable[[], Any], timeout: float = 
                 report.update(error=f"SandboxError: {exc}", layer=exc.layer, reason=exc.reason)
             except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
                 report.update(error=f"{type(exc).__name__}: {exc}", errno=getattr(exc, "errno", None))
-            data = json.dumps(report, default=repr).encode()
-            while data:
-                data = data[os.write(w, data):]
+            protocol.write_all(w, _encode_report(report))
             code = 0
         finally:
             os._exit(code)
     os.close(w)
-    chunks = []
+    lines = protocol.LineReader(1 << 24)
     deadline = time.monotonic() + timeout
+
+    def read_until_the_deadline() -> bytes:
+        if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+            return b""
+        return os.read(r, 65536)
+
     with selectors.DefaultSelector() as sel:
         sel.register(r, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        try:
+            report = lines.read(read_until_the_deadline) or {}
+        except protocol.FramingError:
+            report = {"error": "unreadable report from the child"}
     os.close(r)
     status = _reap(pid, deadline)
-    report = {}
-    if chunks:
-        try:
-            report = json.loads(b"".join(chunks))
-        except ValueError:
-            report = {"error": "unreadable report from the child"}
     return ChildOutcome(
         value=report.get("value"), error=report.get("error"), layer=report.get("layer"),
         reason=report.get("reason"), errno=report.get("errno"), enter_ms=report.get("enter_ms"),
         exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
     )
+
+
+#: a report's encoder: what JSON has no type for as its repr()
+_encode_report = protocol.encoder(default=repr)
 
 
 def _reap(pid: int, deadline: float) -> int:
