@@ -3,7 +3,6 @@ handler, persistence and the code.exec events."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -35,41 +34,7 @@ from . import _child
 from ._runner import EarlyChild, Outcome, ScriptRun, Settings, take_early
 from ._session import FolderMaker, SessionFiles, write_text
 from ._zygote import ZygoteLauncher
-
-#: the sandbox layers run_code knows, as `require:` names them (sandbox.LAYERS, in its order)
-LAYERS = ("env", "rlimits", "net", "uid", "fs", "seccomp")
-
-
-@attrs.frozen
-class _Unavailable:
-    name: str
-    detail: str
-    active: bool = False
-
-
-#: layers to treat as unavailable, e.g. to see how run_code behaves on a machine without them
-ENV_DISABLE_LAYERS = "NEXUS_SANDBOX_DISABLE"
-
-
-def _layer_statuses() -> dict[str, Any]:
-    try:
-        from . import sandbox
-    except ImportError as exc:
-        return {name: _Unavailable(name, f"the sandbox module is missing ({exc})") for name in LAYERS}
-    statuses: dict[str, Any] = dict(sandbox.probe())
-    for name in os.environ.get(ENV_DISABLE_LAYERS, "").split(","):
-        if name.strip() in statuses:
-            statuses[name.strip()] = _Unavailable(name.strip(), f"disabled by {ENV_DISABLE_LAYERS}")
-    return statuses
-
-
-@functools.cache
-def _read_paths() -> tuple[str, ...]:
-    try:
-        from .sandbox import runtime_read_paths
-    except ImportError:
-        return ()
-    return tuple(runtime_read_paths())
+from . import sandbox
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -244,16 +209,16 @@ class CodeExec:
                         self.launcher_note = f"fresh interpreter per script: the zygote could not start ({exc})"
             return self._launcher
 
-    def layer_statuses(self) -> dict[str, Any]:
+    def layer_statuses(self) -> dict[str, sandbox.LayerStatus]:
         """Each sandbox layer, probed once per process: active, or unavailable and why."""
-        return _layer_statuses()
+        return sandbox.layer_statuses()
 
     def active_layers(self) -> list[str]:
         return sorted(name for name, status in self.layer_statuses().items() if status.active)
 
     def missing_required(self) -> list[str]:
         # asked on every run: worked out again only when the switch that disables layers changes
-        switch = os.environ.get(ENV_DISABLE_LAYERS, "")
+        switch = os.environ.get(sandbox.ENV_DISABLE_LAYERS, "")
         cached = self._missing
         if cached is not None and cached[0] == switch:
             return list(cached[1])
@@ -269,7 +234,7 @@ class CodeExec:
         return {
             "layers": self.active_layers(),
             "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},
-            "read_paths": list(_read_paths()),
+            "read_paths": list(sandbox.runtime_read_paths()),
         }
 
     def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
@@ -389,9 +354,7 @@ class CodeExec:
             return lines
         pid = getattr(launcher, "pid", None)  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
-        for name, status in sorted(self.layer_statuses().items()):
-            state = "active" if status.active else "unavailable"
-            lines.append(f"layer {name:<8} {state}: {status.detail}")
+        lines += sandbox.doctor_lines(self.layer_statuses())
         for missing in self.missing_required():
             lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
         if not self.missing_required():

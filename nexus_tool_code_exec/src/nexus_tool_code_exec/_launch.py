@@ -111,7 +111,7 @@ class Launcher(Protocol):
 def enter_sandbox(policy: dict[str, Any], keep_fds: tuple[int, ...]) -> list[str]:
     """Isolate the current (fresh, single-threaded) child as `policy` asks. Returns the layers
     applied; raises when a requested layer cannot be applied."""
-    from . import sandbox
+    from . import sandbox  # in the child only: the host has no use for enter()
 
     limits = sandbox.Limits(**policy.get("limits", {}))
     sp = sandbox.SandboxPolicy(
