@@ -40,7 +40,8 @@ import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
 from nexus_tool_code_exec import engine_for, sandbox
-from nexus_tool_code_exec._zygote import SPARES, ZygoteLauncher
+from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 
 CE = "nexus.tool.code_exec"
 #: the wall-clock limit of the range's Nexus

@@ -40,7 +40,7 @@ from attack_helpers import (
     wait_until,
 )
 
-from nexus_tool_code_exec._launch import CHILD_ENV
+from nexus_tool_code_exec.launchers.base import CHILD_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -213,7 +213,7 @@ def test_traceback_frame_walk_to_the_runtime_globals(rng: Range) -> None:
             report(found)
             os.kill(os.getppid(), SIGTERM)  # <- final
         """)
-    assert_all_refused(rng, attack.found, runtime="nexus_tool_code_exec._child")
+    assert_all_refused(rng, attack.found, runtime="nexus_tool_code_exec.child.runtime")
     assert attack.result.error == attack.final_error(SIGNALS)
 
 

@@ -1,4 +1,4 @@
-"""The watchdogs' shared timer (`_launch._Deadlines`): a watchdog kills its child at the deadline
+"""The watchdogs' shared timer (`host.watchdog._Deadlines`): a watchdog kills its child at the deadline
 even among many cancelled ones, a new earliest deadline is honoured at once, and runs much
 shorter than their timeouts do not pile cancelled entries up in memory."""
 
@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
-from nexus_tool_code_exec import _launch
-from nexus_tool_code_exec._launch import Child, Watchdog
+from nexus_tool_code_exec.host import watchdog
+from nexus_tool_code_exec.host.watchdog import Watchdog
+from nexus_tool_code_exec.launchers.base import Child
 
 
 def sleeper() -> tuple[subprocess.Popen[bytes], Child]:
@@ -37,7 +38,7 @@ def test_cancelled_entries_do_not_pile_up() -> None:
     try:
         for _ in range(5000):
             Watchdog(child, 30).start().cancel()
-        assert len(_launch._deadlines._heap) <= 2 * _launch._Deadlines.COMPACT_AT
+        assert len(watchdog._deadlines._heap) <= 2 * watchdog._Deadlines.COMPACT_AT
         # a cancelled watchdog lets its child go at once (the heap keeps only the entry)
         dog = Watchdog(child, 30).start()
         dog.cancel()

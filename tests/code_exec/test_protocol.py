@@ -25,7 +25,7 @@ import pytest
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec._launch import Child
+from nexus_tool_code_exec.launchers.base import Child, Launcher
 from nexus_tool_code_exec._runner import Outcome, ScriptRun, Settings
 
 CE = "nexus.tool.code_exec"
@@ -81,10 +81,8 @@ FAKE_CHILD = textwrap.dedent('''\
 ''')
 
 
-class FakeLauncher:
+class FakeLauncher(Launcher):
     """Launches the hostile child as a real process in its own process group."""
-
-    kind = "fake"
 
     def __init__(self, program: Path, actions: list[dict[str, Any]]) -> None:
         self.program = program

@@ -29,11 +29,12 @@ from nexus_core import (
 
 from ._bindings import Bindings, generate
 from ._check import ScriptRejected, check_script, skill_module_name
-from ._launch import Launcher, SpawnLauncher
-from . import _child
+from . import protocol
+from .launchers.base import Launcher
+from .launchers.spawn import SpawnLauncher
+from .launchers.zygote import ZygoteLauncher
 from ._runner import EarlyChild, Outcome, ScriptRun, Settings, take_early
 from ._session import FolderMaker, SessionFiles, write_text
-from ._zygote import ZygoteLauncher
 from . import sandbox
 
 log = logging.getLogger("nexus_tool_code_exec")
@@ -228,12 +229,12 @@ class CodeExec:
         self._missing = (switch, missing)
         return list(missing)
 
-    def policy(self) -> dict[str, Any]:
+    def policy(self) -> protocol.ChildPolicy:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
         cpu = int(self.settings.cpu_seconds or 1)
         return {
             "layers": self.active_layers(),
-            "limits": {"memory_mb": self.config["memory_mb"], "cpu_seconds": cpu},
+            "limits": {"memory_mb": int(self.config["memory_mb"]), "cpu_seconds": cpu},
             "read_paths": list(sandbox.runtime_read_paths()),
         }
 
@@ -270,8 +271,7 @@ class CodeExec:
         bindings = self.bindings()
         launcher = self.launcher()
         bindings_key = f"{id(self)}:{self.nexus.tools_version}"
-        if isinstance(launcher, ZygoteLauncher):
-            launcher.preload(bindings_key, bindings.source)
+        launcher.preload(bindings_key, bindings.source)
         run = ScriptRun(self.nexus, call_id, self.settings, frozenset(bindings.functions.values()),
                         emit_chunk=self._emit_chunk if record else (lambda chunk: None))
         start = {
@@ -287,9 +287,9 @@ class CodeExec:
         }
         if early is None or not early.woken:
             # compiled here, from the tree the check parsed: the child only loads it (a fresh
-            # child compiles several times slower than this warm process, see _child.load_code).
+            # child compiles several times slower than this warm process, see child.runtime.load_code).
             # A child woken early has compiled the source itself, while the host checked it.
-            start["code"] = _child.dump_code(tree)
+            start["code"] = protocol.pack_code(compile(tree, protocol.SCRIPT_FILENAME, "exec", dont_inherit=True))
         files: SessionFiles | None = None
         announced = False
 
@@ -352,7 +352,7 @@ class CodeExec:
         except Exception as exc:
             lines.append(f"error: no way to start a script's process: {exc}")
             return lines
-        pid = getattr(launcher, "pid", None)  # the zygote's, as of now: it is replaced if it dies
+        pid = launcher.pid  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
         for missing in self.missing_required():
@@ -420,7 +420,7 @@ class CodeExec:
         files of the session folder made ahead. Both are replaced after every run."""
         with self._lock:
             launcher, makers = self._launcher, list(self._makers.values())
-        held = launcher.held_fds() if isinstance(launcher, ZygoteLauncher) else set()
+        held = launcher.held_fds() if launcher is not None else set()
         for maker in makers:
             held |= maker.held_fds()
         return held

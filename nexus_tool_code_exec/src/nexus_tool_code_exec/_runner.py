@@ -25,7 +25,8 @@ import attrs
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
 from . import protocol
-from ._launch import Child, Launcher, Watchdog
+from .host.watchdog import Watchdog
+from .launchers.base import Child, Launcher
 from .protocol import LineReader, PipeReader, SpinPermits
 
 log = logging.getLogger("nexus_tool_code_exec")
@@ -271,11 +272,11 @@ class _Streamer:
         pending = self._pending[stream] + data
         while True:
             nl = pending.find("\n")
-            if nl >= 0 and nl < protocol.OUTPUT_PIECE:
+            if nl >= 0 and nl < protocol.OUTPUT_CHUNK:
                 self._send(stream, pending[: nl + 1])
                 pending = pending[nl + 1:]
-            elif len(pending.encode("utf-8", "replace")) >= protocol.OUTPUT_PIECE:
-                head = pending.encode("utf-8", "replace")[:protocol.OUTPUT_PIECE].decode("utf-8", "ignore")
+            elif len(pending.encode("utf-8", "replace")) >= protocol.OUTPUT_CHUNK:
+                head = pending.encode("utf-8", "replace")[:protocol.OUTPUT_CHUNK].decode("utf-8", "ignore")
                 self._send(stream, head)
                 pending = pending[len(head):]
             else:
@@ -337,7 +338,7 @@ def take_early(launcher: Launcher, script: str) -> EarlyChild | None:
     its check (a rejected one's child is let go). Only for a lone run, placed on a CPU other
     than this thread's (a child polling on this thread's CPU would slow it down); otherwise the
     child is taken when the script is ready, as usual. None: nothing taken."""
-    if not _can_place() or getattr(launcher, "kind", "") != "zygote":
+    if not _can_place() or not launcher.children_wait_ready:
         return None  # (a fresh interpreter takes ~30 ms to start: nothing to win, a spawn to waste)
     with _active_lock:
         if _active[0] != 0:
@@ -588,8 +589,7 @@ class ScriptRun:
             with self._write_lock:
                 self._child = None
             release()
-            if child.on_finished is not None:
-                child.on_finished()
+            child.finished()
             self.streamer.finish()
         outcome.duration = time.monotonic() - began
         outcome.stdout = "".join(self.streamer.parts)
@@ -620,8 +620,7 @@ class ScriptRun:
         never_started = not watchdog.fired and not violation and (
             (final is None and self._messages == 0)
             or (final is not None and final.get("kind") == protocol.SANDBOX and self._messages == 1))
-        lost = getattr(launcher, "lost", None)
-        self._lost_before_start = never_started and lost is not None and lost()
+        self._lost_before_start = never_started and child.died_with_its_maker()
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome

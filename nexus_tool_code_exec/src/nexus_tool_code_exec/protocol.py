@@ -62,9 +62,10 @@ SANDBOX: Final = "sandbox"  # the child could not isolate itself; the script nev
 
 #: the file name the script's code carries (tracebacks and error lines name it)
 SCRIPT_FILENAME: Final = "script.py"
-#: output travels in pieces of at most this many characters per line: the child flushes a line
-#: (or a piece this long) at a time, and the host emits `nexus_code_exec_stdout` chunks as long
-OUTPUT_PIECE: Final = 512
+#: `nexus_code_exec_stdout` gets the output in chunks that end at a newline or are this many
+#: bytes long; the child's sys.stdout sends what is pending at a newline or at this many
+#: characters, so the host can emit chunks as they come
+OUTPUT_CHUNK: Final = 512
 
 
 class CompiledCode(TypedDict):
