@@ -19,7 +19,7 @@ import pytest
 
 from nexus_core import ToolDef
 from nexus_tool_code_exec.child import runtime
-from nexus_tool_code_exec._bindings import class_name, generate, py_identifier
+from nexus_tool_code_exec.host.bindings import class_name, generate, py_identifier
 
 
 def _noop(arguments: dict[str, Any]) -> str:

@@ -15,10 +15,10 @@ import pytest
 
 from nexus_core import Nexus, native_tool
 from nexus_core.testing import NexusFactory, assert_ok
-from nexus_tool_code_exec import _runner as runner_module
 from nexus_tool_code_exec import engine_for, protocol
 from nexus_tool_code_exec.child import runtime
 from nexus_tool_code_exec.child.channel import Channel
+from nexus_tool_code_exec.host import fastpath, runner
 from nexus_tool_code_exec.host.fastpath import SPARES
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 from proc_helpers import descendants, wait_until
@@ -183,14 +183,14 @@ def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factor
 def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
         nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     starts: list[dict[str, Any]] = []
-    original = runner_module.ScriptRun._send
+    original = runner.ScriptRun._send
 
     def spy(self: Any, msg: dict[str, Any]) -> None:
         if msg.get("t") == "start":
             starts.append(msg)
         original(self, msg)
 
-    monkeypatch.setattr(runner_module.ScriptRun, "_send", spy)
+    monkeypatch.setattr(runner.ScriptRun, "_send", spy)
     nx = make(nexus_factory, native_tool("echo", "echo", {"type": "object", "properties": {"text": {"type": "string"}}},
                                           lambda a: a.get("text", "")))
     launcher = launcher_of(nx)
@@ -244,7 +244,7 @@ def test_a_child_taken_early_for_a_script_that_is_then_rejected_is_let_go(nexus_
     taken = held_spare_pid(launcher)
     result = nx.invoke("run_code", {"script": "import socket\n\ndef run(ctx):\n    return 1\n"})
     assert result.error is not None and result.error.startswith("script rejected:")
-    assert runner_module._active == [0] and runner_module._placed == []
+    assert fastpath.placements.active == 0 and fastpath.placements.placed == []
     assert wait_until(lambda: taken not in descendants(launcher.pid))  # let go, not left waiting
     assert wait_until(lambda: len(launcher.spares()) == SPARES and taken not in spare_pids(launcher))
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
@@ -263,7 +263,7 @@ def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
     monkeypatch.setattr(type(engine_for(nx)), "bindings", broken)
     result = nx.invoke("run_code", {"script": TRIVIAL})
     assert result.error is not None and "the compiler broke" in result.error
-    assert runner_module._active == [0] and runner_module._placed == []
+    assert fastpath.placements.active == 0 and fastpath.placements.placed == []
     assert wait_until(lambda: taken not in descendants(launcher.pid))
     monkeypatch.undo()
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))

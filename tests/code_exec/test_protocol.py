@@ -26,7 +26,8 @@ from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
 from nexus_tool_code_exec.launchers.base import Child, Launcher
-from nexus_tool_code_exec._runner import Outcome, ScriptRun, Settings
+from nexus_tool_code_exec.host.fastpath import Seat
+from nexus_tool_code_exec.host.runner import Outcome, ScriptRun, Settings
 
 CE = "nexus.tool.code_exec"
 
@@ -162,7 +163,8 @@ def play(nx: Nexus, program: Path, actions: list[dict[str, Any]], **settings: An
     run = ScriptRun(nx, "call_parent", Settings(**values), bound, emit_chunk=chunks.append)
     launcher = FakeLauncher(program, actions)
     began = time.monotonic()
-    outcome = run.run(launcher, {"script": "", "bindings": ""})
+    start = {"t": "start", "script": "", "bindings": ""}
+    outcome = run.run(launcher, Seat.take(launcher), start)  # type: ignore[arg-type]
     return outcome, launcher, chunks, time.monotonic() - began
 
 

@@ -1,4 +1,4 @@
-"""_session: session folders made ahead (`FolderMaker`: a hidden `.pending-<hex>` folder with the
+"""host/session.py: session folders made ahead (`FolderMaker`: a hidden `.pending-<hex>` folder with the
 four files open, made on a helper thread), a run's folder (`SessionFiles`: renamed from the one
 made ahead, or made on the spot, then written by `finish`), the UTF-8 writers `write_text` and
 `write_fd`; and, through a real Nexus, the folders run_code leaves in
@@ -21,7 +21,7 @@ import pytest
 from nexus_core import ToolCall, ToolDef
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec._session import FILES, PENDING_PREFIX, FolderMaker, SessionFiles, write_fd, write_text
+from nexus_tool_code_exec.host.session import FILES, PENDING_PREFIX, FolderMaker, SessionFiles, write_fd, write_text
 from proc_helpers import open_fds, wait_until
 
 CE = "nexus.tool.code_exec"

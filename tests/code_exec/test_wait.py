@@ -1,4 +1,4 @@
-"""_wait: `PipeReader` (read a pipe, spinning briefly before blocking, adaptively and within
+"""protocol.PipeReader: `PipeReader` (read a pipe, spinning briefly before blocking, adaptively and within
 `SpinPermits`), and the host's defaults `SPIN_SECONDS` and `HOST_PERMITS`.
 
 Real pipes and real threads. Whether a read spun is told by structure where possible (the
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nexus_tool_code_exec._runner import HOST_PERMITS
+from nexus_tool_code_exec.host.fastpath import HOST_PERMITS
 from nexus_tool_code_exec.protocol import SPIN_SECONDS, PipeReader, SpinPermits
 from proc_helpers import open_fds
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from nexus_core import Nexus, hookimpl
 
-from ._engine import CodeExec
+from .host.engine import CodeExec
 from .sandbox import LAYERS
 
 PLUGIN_ID = "nexus.tool.code_exec"

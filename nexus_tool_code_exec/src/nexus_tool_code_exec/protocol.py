@@ -80,7 +80,7 @@ class CallResult(TypedDict, total=False):
 
     output: str
     error: str
-    error_kind: str
+    error_kind: str | None
     output_file: str
     output_structured: Any
 
