@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
 from nexus_tool_code_exec import engine_for, sandbox
@@ -402,26 +401,6 @@ def open_range(root: Path, **code_exec: Any) -> Iterator[Range]:
         for path in (rng.tmp_target,):
             if os.path.lexists(path):
                 os.unlink(path)
-
-
-def range_for_module(tmp_path_factory: Any, **code_exec: Any) -> Iterator[Range]:
-    """The body of a module-scoped `rng` fixture: skips the module where a layer is missing (the
-    attacks assert what each layer refuses; test_sandbox_layers.py covers the partial cases)."""
-    with open_range(tmp_path_factory.mktemp("range"), **code_exec) as rng:
-        engine = engine_for(rng.nx)
-        assert engine is not None
-        missing = set(sandbox.LAYERS) - set(engine.active_layers())
-        if missing:
-            pytest.skip(f"sandbox layers unavailable here: {sorted(missing)}")
-        yield rng
-
-
-def guard(rng: Range) -> Iterator[None]:
-    """The body of each module's autouse fixture: the host unharmed after every test."""
-    before = rng.snapshot()
-    yield
-    rng.nap.reset()
-    rng.check_unharmed(before)
 
 
 def zygote_of(nx: Nexus) -> ZygoteLauncher:

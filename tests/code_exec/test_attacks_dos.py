@@ -9,26 +9,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
-from attack_helpers import CE, LIMIT, Range, guard, range_for_module
+from attack_helpers import CE, LIMIT, Range
 from proc_helpers import rss_growth
 
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
-
-
-@pytest.fixture(scope="module")
-def rng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
-    yield from range_for_module(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def unharmed(rng: Range) -> Iterator[None]:
-    yield from guard(rng)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("unharmed")]
 
 
 # -- processes and threads ----------------------------------------------------------------------

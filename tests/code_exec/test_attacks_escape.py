@@ -21,7 +21,6 @@ import platform
 import re
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,24 +34,13 @@ from attack_helpers import (
     Range,
     assert_all_refused,
     file_refused,
-    guard,
-    range_for_module,
     wait_until,
 )
 
 from nexus_tool_code_exec.launchers.base import CHILD_ENV
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
-
-
-@pytest.fixture(scope="module")
-def rng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
-    yield from range_for_module(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def unharmed(rng: Range) -> Iterator[None]:
-    yield from guard(rng)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("unharmed")]
 
 
 def test_the_ast_check_alone_refuses_the_naive_forms(rng: Range) -> None:

@@ -20,24 +20,14 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from attack_helpers import LIMIT, Range, guard, range_for_module, wait_until
+from attack_helpers import LIMIT, Range, wait_until
 from proc_helpers import rss_growth
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
-
-
-@pytest.fixture(scope="module")
-def rng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
-    yield from range_for_module(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def unharmed(rng: Range) -> Iterator[None]:
-    yield from guard(rng)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("unharmed")]
 
 
 #: the runtime's channel and the pipe's fds, reached without a dunder

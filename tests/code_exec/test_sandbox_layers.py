@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_fixtures import no_leaks, secret  # noqa: F401 - fixtures used by name
 
 from nexus_tool_code_exec import sandbox
 from nexus_tool_code_exec.sandbox import landlock, seccomp
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("no_leaks")]
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.syscall.restype = ctypes.c_long
