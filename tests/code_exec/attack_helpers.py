@@ -126,31 +126,36 @@ class Watch:
 
 class Nap:
     """A tool that blocks until released (or `s` seconds pass): a slow inner tool call. Each
-    test gets a fresh gate; the fixture releases the old one so no host thread stays asleep."""
+    test gets a fresh gate; the fixture releases the old one so no host thread stays asleep.
+    `returned` is set once a call of this test has come back: run_code answering before it did
+    shows it did not wait for the tool."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.returned = threading.Event()
 
     def __call__(self, arguments: dict[str, Any]) -> str:
+        gate, returned = self.gate, self.returned  # this test's, whenever the call comes back
         self.entered.set()
-        self.gate.wait(float(arguments.get("s", 60)))
+        gate.wait(float(arguments.get("s", 60)))
+        returned.set()
         return "woke up"
 
     def reset(self) -> None:
         self.gate.set()
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.returned = threading.Event()
 
 
 @attrs.define
 class Attack:
-    """One attack script's run: its result, the REPORT it printed ({} if none), its time."""
+    """One attack script's run: its result, and the REPORT it printed ({} if none)."""
 
     script: str
     result: ToolResult
     found: dict[str, Any]
-    elapsed: float
 
     def final_line(self) -> int:
         """The script's line marked `# <- final`: the refused operation that ends the run."""
@@ -189,16 +194,14 @@ class Range:
 
     # -- running scripts ---------------------------------------------------------------------
 
-    def run(self, script: str) -> tuple[ToolResult, float]:
-        began = time.monotonic()
-        result = self.nx.invoke("run_code", {"script": script})
-        return result, time.monotonic() - began
+    def run(self, script: str) -> ToolResult:
+        return self.nx.invoke("run_code", {"script": script})
 
     def attack(self, technique: str) -> Attack:
         """Run header + PAYLOAD + `technique` (the script's own code, with `def run(ctx)`)."""
         script = header(self) + PAYLOAD + textwrap.dedent(technique)
-        result, elapsed = self.run(script)
-        return Attack(script=script, result=result, found=report_of(result), elapsed=elapsed)
+        result = self.run(script)
+        return Attack(script=script, result=result, found=report_of(result))
 
     # -- the host's state --------------------------------------------------------------------
 

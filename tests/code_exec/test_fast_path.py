@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -162,22 +161,36 @@ def test_concurrent_runs_are_left_where_the_scheduler_puts_them(nexus_factory: N
 
 
 def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factory: NexusFactory) -> None:
-    """Long runs hold more children than there are spares; the runs beside them still start."""
-    nx = make(nexus_factory)
+    """Long runs hold more children than there are spares; a run beside them still starts, and
+    ends while they are still held up."""
+    release = threading.Event()
+    waiting = threading.Semaphore(0)
+
+    def hold(_args: dict[str, Any]) -> str:
+        waiting.release()
+        release.wait(30)
+        return "slow"
+
+    nx = make(nexus_factory, native_tool("hold", "wait to be let go", {"type": "object"}, hold))
     held_spare_pid(launcher_of(nx))
-    slow_script = "import time\n\ndef run(ctx):\n    time.sleep(1.5)\n    return 'slow'\n"
-    slow = [threading.Thread(target=lambda: nx.invoke("run_code", {"script": slow_script}))
+    slow_script = "import tools\n\ndef run(ctx):\n    return tools.hold().output\n"
+    slow_results: list[Any] = []
+    slow = [threading.Thread(target=lambda: slow_results.append(nx.invoke("run_code", {"script": slow_script})))
             for _ in range(SPARES + 1)]
-    for t in slow:
-        t.start()
-    time.sleep(0.3)
-    began = time.monotonic()
-    result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
-    assert_ok(result)
-    assert result.output_structured["result"] == "quick"
-    assert time.monotonic() - began < 1.2  # it did not wait for the slow runs' end
-    for t in slow:
-        t.join(10)
+    try:
+        for t in slow:
+            t.start()
+        for _ in slow:  # every slow run has its child, and waits in its tool call
+            assert waiting.acquire(timeout=10)
+        result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
+        assert_ok(result)
+        assert result.output_structured["result"] == "quick"
+        assert not slow_results  # it did not wait for the slow runs' end
+    finally:
+        release.set()
+        for t in slow:
+            t.join(10)
+    assert [r.output_structured["result"] for r in slow_results] == ["slow"] * (SPARES + 1)
 
 
 def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
