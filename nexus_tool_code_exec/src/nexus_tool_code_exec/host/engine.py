@@ -3,12 +3,12 @@ description, the bindings cache, the launcher, and the flow of a run.
 
 A run, top to bottom (`CodeExec.execute`), each step in one place:
 
-    request   the call's script and id, and its session folder       _request
-    check     the AST check (check.py) and the layers `require` names _check
-    launch    a child from the launcher (launchers/)                  _launch
-    serve     START, then the script's calls and output (runner.py)   ScriptRun.run
-    finish    the child ended, how the run ended (runner.py)          ScriptRun.run
-    persist   the session folder (session.py), the result event       _persist
+    request   the call's script and id, and its session folder          _request
+    check     the AST check (check.py) and the layers `require` names    _check
+    launch    a child from the launcher (launchers/)                     _run: Seat.take
+    serve     START, then the script's calls and output (runner.py)      _run: ScriptRun.run
+    finish    the child ended, how the run ended (runner.py)             _run: ScriptRun.run
+    persist   the session folder (session.py), the result event          _persist
 
 The latency tricks (fastpath.py) stay behind names: the child a lone run takes early (a `Seat`,
 woken while the script is checked), and what the host does while the child starts the script
@@ -226,8 +226,9 @@ class CodeExec:
         # compiles the source) while the host checks the script
         early = Seat.early(self._launcher, script) if not self.missing_required() else None
         try:
-            rejection = self._check(run)
-            outcome = rejection if rejection is not None else self._launch_and_serve(run, early)
+            outcome = self._check(run)
+            if outcome is None:
+                outcome = self._run(run, early)
         finally:
             if early is not None:
                 early.abandon()  # no run took it (nothing, once one did)
@@ -252,22 +253,23 @@ class CodeExec:
             return Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
         return None
 
-    def _launch_and_serve(self, run: _Run, early: Seat | None) -> Outcome:
+    def _run(self, run: _Run, early: Seat | None) -> Outcome:
+        """Launch the script's process (unless one was taken early) and serve it to its end."""
         bindings = self.bindings()
         launcher = self.launcher()
         start = self._start_message(run, bindings, launcher, woken=early is not None and early.woken)
-        seat = early
-        if seat is None:
-            try:
-                seat = self._launch(launcher)
-            except Exception as exc:
-                self._announce(run)  # announced all the same
-                return Outcome(error=f"runtime error: could not start the script's process: {exc}")
+        try:
+            seat = early or Seat.take(launcher)
+        except Exception as exc:
+            self._announce(run)  # announced all the same
+            return Outcome(error=f"runtime error: could not start the script's process: {exc}")
         served = ScriptRun(self.nexus, run.call_id, self.settings, frozenset(bindings.functions.values()),
                            emit_chunk=self._emit_chunk if run.record else (lambda chunk: None))
         return served.run(launcher, seat, start, meanwhile=lambda: self._announce(run))
 
     def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher, woken: bool) -> protocol.StartMessage:
+        """The START: the script (its code, unless the child compiled the source itself when it
+        was woken), the bindings (which the launcher's next children get compiled), the limits."""
         key = f"{id(self)}:{self.nexus.tools_version}"
         launcher.preload(key, bindings.source)
         start: protocol.StartMessage = {
@@ -289,10 +291,6 @@ class CodeExec:
             assert run.tree is not None
             start["code"] = protocol.pack_code(compile(run.tree, protocol.SCRIPT_FILENAME, "exec", dont_inherit=True))
         return start
-
-    @staticmethod
-    def _launch(launcher: Launcher) -> Seat:
-        return Seat.take(launcher)
 
     def _announce(self, run: _Run) -> None:
         """While the child starts the script: the request event, and the run's session folder
