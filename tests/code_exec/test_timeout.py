@@ -21,6 +21,7 @@ import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
+from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import alive, descendants, group_members, wait_until
 
 CE = "nexus.tool.code_exec"
@@ -44,6 +45,8 @@ def make(nexus_factory: NexusFactory, spy: ProcessSpy, launcher: str = "auto", t
     nx = nexus_factory(plugins=[CE, spy], tools=tools,
                        config={"plugins": {CE: {"timeout_seconds": LIMIT, "launcher": launcher}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
+    if launcher != "spawn":  # the zygote and the spares it forks ahead (the warm run's replacement too)
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES), descendants()
     spy.baseline = descendants()
     return nx
 
