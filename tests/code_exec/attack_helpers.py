@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
 from nexus_tool_code_exec import engine_for, sandbox
-from nexus_tool_code_exec._zygote import SPARES, ZygoteLauncher
+from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 
 CE = "nexus.tool.code_exec"
 #: the wall-clock limit of the range's Nexus
@@ -126,31 +126,36 @@ class Watch:
 
 class Nap:
     """A tool that blocks until released (or `s` seconds pass): a slow inner tool call. Each
-    test gets a fresh gate; the fixture releases the old one so no host thread stays asleep."""
+    test gets a fresh gate; the fixture releases the old one so no host thread stays asleep.
+    `returned` is set once a call of this test has come back: run_code answering before it did
+    shows it did not wait for the tool."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.returned = threading.Event()
 
     def __call__(self, arguments: dict[str, Any]) -> str:
+        gate, returned = self.gate, self.returned  # this test's, whenever the call comes back
         self.entered.set()
-        self.gate.wait(float(arguments.get("s", 60)))
+        gate.wait(float(arguments.get("s", 60)))
+        returned.set()
         return "woke up"
 
     def reset(self) -> None:
         self.gate.set()
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.returned = threading.Event()
 
 
 @attrs.define
 class Attack:
-    """One attack script's run: its result, the REPORT it printed ({} if none), its time."""
+    """One attack script's run: its result, and the REPORT it printed ({} if none)."""
 
     script: str
     result: ToolResult
     found: dict[str, Any]
-    elapsed: float
 
     def final_line(self) -> int:
         """The script's line marked `# <- final`: the refused operation that ends the run."""
@@ -189,16 +194,14 @@ class Range:
 
     # -- running scripts ---------------------------------------------------------------------
 
-    def run(self, script: str) -> tuple[ToolResult, float]:
-        began = time.monotonic()
-        result = self.nx.invoke("run_code", {"script": script})
-        return result, time.monotonic() - began
+    def run(self, script: str) -> ToolResult:
+        return self.nx.invoke("run_code", {"script": script})
 
     def attack(self, technique: str) -> Attack:
         """Run header + PAYLOAD + `technique` (the script's own code, with `def run(ctx)`)."""
         script = header(self) + PAYLOAD + textwrap.dedent(technique)
-        result, elapsed = self.run(script)
-        return Attack(script=script, result=result, found=report_of(result), elapsed=elapsed)
+        result = self.run(script)
+        return Attack(script=script, result=result, found=report_of(result))
 
     # -- the host's state --------------------------------------------------------------------
 
@@ -401,26 +404,6 @@ def open_range(root: Path, **code_exec: Any) -> Iterator[Range]:
         for path in (rng.tmp_target,):
             if os.path.lexists(path):
                 os.unlink(path)
-
-
-def range_for_module(tmp_path_factory: Any, **code_exec: Any) -> Iterator[Range]:
-    """The body of a module-scoped `rng` fixture: skips the module where a layer is missing (the
-    attacks assert what each layer refuses; test_sandbox_layers.py covers the partial cases)."""
-    with open_range(tmp_path_factory.mktemp("range"), **code_exec) as rng:
-        engine = engine_for(rng.nx)
-        assert engine is not None
-        missing = set(sandbox.LAYERS) - set(engine.active_layers())
-        if missing:
-            pytest.skip(f"sandbox layers unavailable here: {sorted(missing)}")
-        yield rng
-
-
-def guard(rng: Range) -> Iterator[None]:
-    """The body of each module's autouse fixture: the host unharmed after every test."""
-    before = rng.snapshot()
-    yield
-    rng.nap.reset()
-    rng.check_unharmed(before)
 
 
 def zygote_of(nx: Nexus) -> ZygoteLauncher:

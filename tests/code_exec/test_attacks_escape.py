@@ -21,7 +21,6 @@ import platform
 import re
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,32 +34,21 @@ from attack_helpers import (
     Range,
     assert_all_refused,
     file_refused,
-    guard,
-    range_for_module,
     wait_until,
 )
 
-from nexus_tool_code_exec._launch import CHILD_ENV
+from nexus_tool_code_exec.launchers.base import CHILD_ENV
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
-
-
-@pytest.fixture(scope="module")
-def rng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
-    yield from range_for_module(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def unharmed(rng: Range) -> Iterator[None]:
-    yield from guard(rng)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("unharmed")]
 
 
 def test_the_ast_check_alone_refuses_the_naive_forms(rng: Range) -> None:
     """Not the boundary, but the first line: the plain spellings never run at all."""
-    result, _ = rng.run("import os\n\ndef run(ctx):\n    return ().__class__.__base__.__subclasses__()\n")
+    result = rng.run("import os\n\ndef run(ctx):\n    return ().__class__.__base__.__subclasses__()\n")
     assert result.error is not None and result.error.startswith("script rejected: line 1: import of 'os'")
     assert "line 4: dunder attribute '__class__' is not allowed" in result.error
-    result, _ = rng.run("def run(ctx):\n    return __import__('os').system('id')\n")
+    result = rng.run("def run(ctx):\n    return __import__('os').system('id')\n")
     assert result.error == "script rejected: line 2: '__import__' is not allowed"
     assert rng.watch.chunks == []  # nothing ran: not even the final (empty) output chunk
 
@@ -213,7 +201,7 @@ def test_traceback_frame_walk_to_the_runtime_globals(rng: Range) -> None:
             report(found)
             os.kill(os.getppid(), SIGTERM)  # <- final
         """)
-    assert_all_refused(rng, attack.found, runtime="nexus_tool_code_exec._child")
+    assert_all_refused(rng, attack.found, runtime="nexus_tool_code_exec.child.runtime")
     assert attack.result.error == attack.final_error(SIGNALS)
 
 
@@ -505,7 +493,7 @@ def test_a_32_bit_syscall_kills_the_process(rng: Range) -> None:
         """)
     assert attack.result.error == "runtime error: the script's process was killed by SIGSYS"
     assert attack.result.output_structured == {"stdout": "about to fork the 32-bit way\n"}
-    result, _ = rng.run("def run(ctx):\n    return 'next'\n")
+    result = rng.run("def run(ctx):\n    return 'next'\n")
     assert result.output_structured == {"result": "next"}
 
 
@@ -592,8 +580,7 @@ def test_joining_the_zygotes_process_group_escapes_neither_kill_nor_signals(rng:
         # to gain (Landlock refuses /dev/tty*), and the timeout finds it by its own pgid again
         "setsid": "OK: None",
     }
-    assert attack.result.error == "script timed out after 2s"
-    assert 2 <= attack.elapsed < 3
+    assert attack.result.error == "script timed out after 2s"  # and its process is gone: `unharmed`
 
 
 def test_the_host_environment_is_nowhere_in_the_zygote(rng: Range) -> None:
@@ -637,7 +624,7 @@ def test_a_run_cannot_reach_another_run_running_beside_it(rng: Range) -> None:
     first: dict[str, object] = {}
     script = ("import time\n\ndef run(ctx):\n    open('note.txt', 'w').write('first run, private')\n"
               "    time.sleep(1.2)\n    return open('note.txt').read()\n")
-    runner = threading.Thread(target=lambda: first.update(result=rng.run(script)[0]))
+    runner = threading.Thread(target=lambda: first.update(result=rng.run(script)))
     runner.start()
     try:
         assert wait_until(lambda: bool(rng.launched) and os.path.exists(os.path.join(rng.launched[0][1], "note.txt")))
@@ -703,17 +690,16 @@ def test_leaving_the_runtime_is_a_clear_error_and_the_next_script_runs(rng: Rang
     """The script raises what `except Exception` does not catch, or ends its own process (os
     reached through random): the run ends at once with a clear error, what it printed is kept,
     and the zygote forks the next script as usual."""
-    result, elapsed = rng.run(f"import parallel, random, typing\n\ndef run(ctx):\n"
+    result = rng.run(f"import parallel, random, typing\n\ndef run(ctx):\n"
                               f"    print('leaving'); {body}\n    return 'not reached'\n")
     assert result.error == EXITS[body]
     assert (result.output_structured or {}).get("stdout") == "leaving\n"
-    assert elapsed < 1.5
-    result, _ = rng.run("def run(ctx):\n    return 'next'\n")
+    result = rng.run("def run(ctx):\n    return 'next'\n")
     assert result.output_structured == {"result": "next"}
 
 
 def test_the_same_nexus_still_runs_an_ordinary_script_after_the_attacks(rng: Range) -> None:
     """Last in the module: the zygote that forked every attack above is the one that runs this."""
-    result, _ = rng.run("import json, tools\n\ndef run(ctx):\n    print('still here')\n"
+    result = rng.run("import json, tools\n\ndef run(ctx):\n    print('still here')\n"
                         "    return {'echo': tools.echo(text='hi').output, 'n': json.loads('[1, 2]')}\n")
     assert result.output_structured == {"stdout": "still here\n", "result": {"echo": "hi", "n": [1, 2]}}

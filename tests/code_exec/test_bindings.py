@@ -1,6 +1,6 @@
 """The generated `tools` module: names, classes, aliases, types, and the stubs the model reads.
 
-The source is compiled here exactly as the child compiles it (`_child.compile_bindings`), and the
+The source is compiled here exactly as the child compiles it (`child.runtime.compile_bindings`), and the
 classes are converted with the child's own converter, so a round trip here is what a script gets.
 test_run_code.py covers the same classes end to end.
 """
@@ -18,8 +18,8 @@ import attrs
 import pytest
 
 from nexus_core import ToolDef
-from nexus_tool_code_exec import _child
-from nexus_tool_code_exec._bindings import class_name, generate, py_identifier
+from nexus_tool_code_exec.child import runtime
+from nexus_tool_code_exec.host.bindings import class_name, generate, py_identifier
 
 
 def _noop(arguments: dict[str, Any]) -> str:
@@ -36,11 +36,11 @@ def tool(name: str, input_schema: dict[str, Any] | None = None, output_schema: d
 @pytest.fixture
 def build(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """`build(*tooldefs)` -> (the compiled tools module, the Bindings)."""
-    monkeypatch.setitem(sys.modules, "_nexus_rt", _child)
+    monkeypatch.setitem(sys.modules, "_nexus_rt", runtime)
 
     def make(*tools: ToolDef, skip: tuple[str, ...] = ()) -> tuple[types.ModuleType, Any]:
         bindings = generate(tools, skip=skip)
-        module = _child.compile_bindings(bindings.source)
+        module = runtime.compile_bindings(bindings.source)
         return module, bindings
 
     yield make
@@ -121,13 +121,13 @@ def test_json_names_that_are_not_identifiers_or_are_keywords_round_trip(build: A
     assert (fields["a_b"], fields["a_b_2"]) == ("a.b", "a_b")  # first come, first named
 
     args = tools.OddArgs(first_name="Ada", class_="x", _2fa=True, from_=3, match="m", a_b_2="underscore")
-    data = _child.converter.unstructure(args)
+    data = runtime.converter.unstructure(args)
     assert data == {"first-name": "Ada", "class": "x", "2fa": True, "from": 3, "match": "m", "a_b": "underscore"}
 
     wire = {"first-name": "Grace", "class": "y", "_id": 7, "a.b": "dot", "a_b": "underscore", "__init__": "i"}
-    back = _child.converter.structure(wire, tools.OddResult)
+    back = runtime.converter.structure(wire, tools.OddResult)
     assert (back.first_name, back.class_, back.a_b, back.a_b_2, back._id) == ("Grace", "y", "dot", "underscore", 7)
-    assert _child.converter.unstructure(back) == wire
+    assert runtime.converter.unstructure(back) == wire
 
 
 def test_a_leading_underscore_json_name_is_a_keyword_of_its_own_name(build: Any) -> None:
@@ -136,7 +136,7 @@ def test_a_leading_underscore_json_name_is_a_keyword_of_its_own_name(build: Any)
     tools, bindings = build(tool("odd", ODD_NAMES))
     assert "_id: int | None = None" in bindings.stubs
     args = tools.OddArgs(first_name="a", class_="b", _id=5)
-    assert _child.converter.unstructure(args)["_id"] == 5
+    assert runtime.converter.unstructure(args)["_id"] == 5
 
 
 def test_the_stub_names_each_renamed_field_with_its_json_name(build: Any) -> None:
@@ -157,7 +157,7 @@ def test_fields_named_like_the_types_in_annotations_do_not_break_the_class(build
     json_names = {f.metadata.get("json", f.name) for f in attrs.fields(tools.TArgs)}
     assert field in json_names
     wire = {field: "v", "z": 1, "zz": [1.5], "zzz": {"k": 1}, "zzzz": True, "e": "x"}
-    assert _child.converter.unstructure(_child.converter.structure(wire, tools.TResult)) == wire
+    assert runtime.converter.unstructure(runtime.converter.structure(wire, tools.TResult)) == wire
 
 
 def test_a_tool_named_like_a_builtin_type_does_not_break_later_tools(build: Any) -> None:
@@ -173,7 +173,7 @@ def test_a_tool_named_like_a_builtin_type_does_not_break_later_tools(build: Any)
     assert callable(tools.list) and callable(tools.search) and callable(tools.str)
     hints = typing.get_type_hints(tools.search)
     assert hints["return"] == list[str]
-    assert _child.converter.structure({"n": 1, "tags": ["a"]}, tools.ZcountResult).tags == ["a"]
+    assert runtime.converter.structure({"n": 1, "tags": ["a"]}, tools.ZcountResult).tags == ["a"]
 
 
 def test_a_tool_named_like_a_generated_class_does_not_shadow_it(build: Any) -> None:
@@ -191,8 +191,8 @@ def test_optional_fields_default_to_none_and_are_left_out_of_the_call(build: Any
     tools, bindings = build(tool("read", schema))
     args = tools.ReadArgs(path="a.txt")
     assert args.limit is None and args.offset is None
-    assert _child.converter.unstructure(args) == {"path": "a.txt"}
-    assert _child.converter.unstructure(tools.ReadArgs(path="a", limit=5)) == {"path": "a", "limit": 5}
+    assert runtime.converter.unstructure(args) == {"path": "a.txt"}
+    assert runtime.converter.unstructure(tools.ReadArgs(path="a", limit=5)) == {"path": "a", "limit": 5}
     with pytest.raises(TypeError):
         tools.ReadArgs(limit=5)  # path is required
     assert "limit: int | None = None" in bindings.stubs
@@ -202,7 +202,7 @@ def test_optional_fields_default_to_none_and_are_left_out_of_the_call(build: Any
 def test_a_required_nullable_field_is_sent_even_when_none(build: Any) -> None:
     schema = {"type": "object", "properties": {"moved_to": {"type": ["string", "null"]}}, "required": ["moved_to"]}
     tools, _ = build(tool("mv", schema))
-    assert _child.converter.unstructure(tools.MvArgs(moved_to=None)) == {"moved_to": None}
+    assert runtime.converter.unstructure(tools.MvArgs(moved_to=None)) == {"moved_to": None}
 
 
 def test_enums_are_literals(build: Any) -> None:
@@ -253,8 +253,8 @@ def test_nested_objects_are_nested_classes(build: Any) -> None:
     args = tools.OrderArgs(owner=tools.OrderArgsOwner(name="a", address=tools.OrderArgsOwnerAddress(city="b")),
                            items=[tools.OrderArgsItemsItem(sku="s1"), tools.OrderArgsItemsItem()])
     wire = {"owner": {"name": "a", "address": {"city": "b"}}, "items": [{"sku": "s1"}, {}]}
-    assert _child.converter.unstructure(args) == wire
-    result = _child.converter.structure(wire, tools.OrderResult)
+    assert runtime.converter.unstructure(args) == wire
+    result = runtime.converter.structure(wire, tools.OrderResult)
     assert result.owner.address.city == "b" and result.items[0].sku == "s1"
     # nested classes are defined before the class that uses them
     assert bindings.source.index("class OrderArgsOwnerAddress") < bindings.source.index("class OrderArgsOwner:")
@@ -338,15 +338,15 @@ def test_unicode_and_attrs_reserved_json_names_round_trip(build: Any, name: str)
     json_names = {f.metadata.get("json", f.name): f.name for f in attrs.fields(tools.TArgs)}
     assert name in json_names and json_names[name].isidentifier()
     wire = {name: "v", "other": 1}
-    assert _child.converter.unstructure(_child.converter.structure(wire, tools.TResult)) == wire
-    assert _child.converter.unstructure(tools.TArgs(**{json_names[name]: "v"})) == {name: "v"}
+    assert runtime.converter.unstructure(runtime.converter.structure(wire, tools.TResult)) == wire
+    assert runtime.converter.unstructure(tools.TArgs(**{json_names[name]: "v"})) == {name: "v"}
 
 
 def test_names_that_normalise_to_the_same_identifier_stay_apart(build: Any) -> None:
     schema = {"type": "object", "properties": {"ℌ": {"type": "string"}, "H": {"type": "integer"}}}
     tools, _ = build(tool("t", schema))
     assert [f.name for f in attrs.fields(tools.TArgs)] == ["H", "H_2"]
-    assert _child.converter.unstructure(tools.TArgs(H="a", H_2=1)) == {"ℌ": "a", "H": 1}
+    assert runtime.converter.unstructure(tools.TArgs(H="a", H_2=1)) == {"ℌ": "a", "H": 1}
 
 
 @pytest.mark.parametrize("name", ["x²", "ℌ", "名前"])

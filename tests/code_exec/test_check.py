@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES
-from nexus_tool_code_exec._check import ScriptRejected, check_script, skill_module_name
+from nexus_tool_code_exec.host.check import ScriptRejected, check_script, skill_module_name
 
 
 def check(source: str, **kwargs: object) -> None:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 import pytest
 
 from nexus_core import Nexus, native_tool
 from nexus_core.testing import NexusFactory, assert_ok
-from nexus_tool_code_exec import _child, engine_for
-from nexus_tool_code_exec import _runner as runner_module
-from nexus_tool_code_exec._zygote import SPARES, ZygoteLauncher
+from nexus_tool_code_exec import engine_for, protocol
+from nexus_tool_code_exec.child import runtime
+from nexus_tool_code_exec.child.channel import Channel
+from nexus_tool_code_exec.host import fastpath, runner
+from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 from proc_helpers import descendants, wait_until
 
 TRIVIAL = "def run(ctx):\n    return 1\n"
@@ -43,14 +45,14 @@ def launcher_of(nx: Nexus) -> ZygoteLauncher:
 def held_spare_pid(launcher: ZygoteLauncher) -> int:
     """The spare the next run will take: the oldest one held, once all are there and have the
     current bindings (spares of older bindings are taken last, and dropped as new ones come)."""
-    assert wait_until(lambda: len(launcher._spares) == SPARES
-                      and all(sp.key == launcher._preloaded_key for sp in launcher._spares)), \
+    assert wait_until(lambda: len(launcher.spares()) == SPARES
+                      and all(sp.key == launcher.preloaded_key for sp in launcher.spares())), \
         "the launcher does not hold its spares"
-    return launcher._spares[0].pid
+    return launcher.spares()[0].pid
 
 
 def spare_pids(launcher: ZygoteLauncher) -> set[int]:
-    return {sp.pid for sp in launcher._spares}
+    return {sp.pid for sp in launcher.spares()}
 
 
 def test_the_host_holds_spares_and_gets_a_new_one_for_each_taken(nexus_factory: NexusFactory) -> None:
@@ -63,7 +65,7 @@ def test_the_host_holds_spares_and_gets_a_new_one_for_each_taken(nexus_factory: 
         assert spare_pids(launcher) <= descendants(launcher.pid)
         seen.append(pid)
         assert_ok(nx.invoke("run_code", {"script": f"def run(ctx):\n    return {i}\n"}))
-        assert wait_until(lambda: len(launcher._spares) == SPARES and pid not in spare_pids(launcher))
+        assert wait_until(lambda: len(launcher.spares()) == SPARES and pid not in spare_pids(launcher))
     assert len(set(seen)) == 3
 
 
@@ -74,14 +76,16 @@ def test_runs_back_to_back_each_find_a_spare_ready(nexus_factory: NexusFactory) 
     launcher = launcher_of(nx)
     held_spare_pid(launcher)
     forks = []
-    original = launcher._send
+    zygote = launcher._zygote
+    assert zygote is not None
+    original = zygote.send
 
-    def spy(sock: Any, msg: dict[str, Any], fds: Any = None) -> None:
-        if msg.get("t") == "fork":
+    def spy(msg: Any) -> None:
+        if msg.get("t") == protocol.FORK:
             forks.append(msg)
-        original(sock, msg, fds)
+        original(msg)
 
-    launcher._send = spy  # type: ignore[method-assign]
+    zygote.send = spy  # type: ignore[method-assign]
     for i in range(2):
         assert_ok(nx.invoke("run_code", {"script": f"def run(ctx):\n    return {i}\n"}))
     assert forks == []
@@ -157,40 +161,54 @@ def test_concurrent_runs_are_left_where_the_scheduler_puts_them(nexus_factory: N
 
 
 def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factory: NexusFactory) -> None:
-    """Long runs hold more children than there are spares; the runs beside them still start."""
-    nx = make(nexus_factory)
+    """Long runs hold more children than there are spares; a run beside them still starts, and
+    ends while they are still held up."""
+    release = threading.Event()
+    waiting = threading.Semaphore(0)
+
+    def hold(_args: dict[str, Any]) -> str:
+        waiting.release()
+        release.wait(30)
+        return "slow"
+
+    nx = make(nexus_factory, native_tool("hold", "wait to be let go", {"type": "object"}, hold))
     held_spare_pid(launcher_of(nx))
-    slow_script = "import time\n\ndef run(ctx):\n    time.sleep(1.5)\n    return 'slow'\n"
-    slow = [threading.Thread(target=lambda: nx.invoke("run_code", {"script": slow_script}))
+    slow_script = "import tools\n\ndef run(ctx):\n    return tools.hold().output\n"
+    slow_results: list[Any] = []
+    slow = [threading.Thread(target=lambda: slow_results.append(nx.invoke("run_code", {"script": slow_script})))
             for _ in range(SPARES + 1)]
-    for t in slow:
-        t.start()
-    time.sleep(0.3)
-    began = time.monotonic()
-    result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
-    assert_ok(result)
-    assert result.output_structured["result"] == "quick"
-    assert time.monotonic() - began < 1.2  # it did not wait for the slow runs' end
-    for t in slow:
-        t.join(10)
+    try:
+        for t in slow:
+            t.start()
+        for _ in slow:  # every slow run has its child, and waits in its tool call
+            assert waiting.acquire(timeout=10)
+        result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'quick'\n"})
+        assert_ok(result)
+        assert result.output_structured["result"] == "quick"
+        assert not slow_results  # it did not wait for the slow runs' end
+    finally:
+        release.set()
+        for t in slow:
+            t.join(10)
+    assert [r.output_structured["result"] for r in slow_results] == ["slow"] * (SPARES + 1)
 
 
 def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
         nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     starts: list[dict[str, Any]] = []
-    original = runner_module.ScriptRun._send
+    original = runner.ScriptRun._send
 
     def spy(self: Any, msg: dict[str, Any]) -> None:
         if msg.get("t") == "start":
             starts.append(msg)
         original(self, msg)
 
-    monkeypatch.setattr(runner_module.ScriptRun, "_send", spy)
+    monkeypatch.setattr(runner.ScriptRun, "_send", spy)
     nx = make(nexus_factory, native_tool("echo", "echo", {"type": "object", "properties": {"text": {"type": "string"}}},
                                           lambda a: a.get("text", "")))
     launcher = launcher_of(nx)
     held_spare_pid(launcher)
-    assert wait_until(lambda: len(launcher._spares) == SPARES and all(sp.key for sp in launcher._spares))
+    assert wait_until(lambda: len(launcher.spares()) == SPARES and all(sp.key for sp in launcher.spares()))
     result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.echo(text='hi').output\n"})
     assert_ok(result)
     assert result.output_structured["result"] == "hi"
@@ -205,12 +223,10 @@ def test_code_for_another_bytecode_version_is_compiled_from_the_source() -> None
     start = {"script": "def run(ctx):\n    return 7\n",
              "code": {"magic": "00000000", "marshal": "not even base64 of anything"}}
     module: dict[str, Any] = {}
-    exec(_child.load_code(start), module)
+    exec(runtime.load_code(start), module)
     assert module["run"](None) == 7
-    import ast
-
-    start["code"] = _child.dump_code(ast.parse("def run(ctx):\n    return 8\n"))
-    exec(_child.load_code(start), module)
+    start["code"] = compiled("def run(ctx):\n    return 8\n")
+    exec(runtime.load_code(start), module)
     assert module["run"](None) == 8  # the host's code, not the source's
 
 
@@ -218,6 +234,11 @@ def test_a_runtime_error_names_the_script_line_with_host_compiled_code(nexus_fac
     nx = make(nexus_factory)
     result = nx.invoke("run_code", {"script": "def run(ctx):\n    x = 1\n    return x / 0\n"})
     assert result.error is not None and result.error.startswith("runtime error: line 3: ZeroDivisionError")
+
+
+def compiled(source: str) -> protocol.CompiledCode:
+    """The code of `source`, as the host sends it in a START."""
+    return protocol.pack_code(compile(source, protocol.SCRIPT_FILENAME, "exec", dont_inherit=True))
 
 
 def _reader_threads() -> list[int]:
@@ -236,9 +257,9 @@ def test_a_child_taken_early_for_a_script_that_is_then_rejected_is_let_go(nexus_
     taken = held_spare_pid(launcher)
     result = nx.invoke("run_code", {"script": "import socket\n\ndef run(ctx):\n    return 1\n"})
     assert result.error is not None and result.error.startswith("script rejected:")
-    assert runner_module._active == [0] and runner_module._placed == []
+    assert fastpath.placements.active == 0 and fastpath.placements.placed == []
     assert wait_until(lambda: taken not in descendants(launcher.pid))  # let go, not left waiting
-    assert wait_until(lambda: len(launcher._spares) == SPARES and taken not in spare_pids(launcher))
+    assert wait_until(lambda: len(launcher.spares()) == SPARES and taken not in spare_pids(launcher))
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
 
 
@@ -255,7 +276,7 @@ def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
     monkeypatch.setattr(type(engine_for(nx)), "bindings", broken)
     result = nx.invoke("run_code", {"script": TRIVIAL})
     assert result.error is not None and "the compiler broke" in result.error
-    assert runner_module._active == [0] and runner_module._placed == []
+    assert fastpath.placements.active == 0 and fastpath.placements.placed == []
     assert wait_until(lambda: taken not in descendants(launcher.pid))
     monkeypatch.undo()
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
@@ -264,7 +285,7 @@ def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
 def test_a_child_runs_its_early_compiled_code_only_for_the_same_script() -> None:
     r, w = os.pipe()
     try:
-        stage = _child.Stage(_child.Channel(r, w))
+        stage = runtime.Stage(Channel(r, w))
         stage.precompile("def run(ctx):\n    return 'early'\n")
         module: dict[str, Any] = {}
         exec(stage.code_for({"script": "def run(ctx):\n    return 'early'\n"}), module)
@@ -272,10 +293,7 @@ def test_a_child_runs_its_early_compiled_code_only_for_the_same_script() -> None
         # another script (or one the host compiled and sent): never the early code
         exec(stage.code_for({"script": "def run(ctx):\n    return 'other'\n"}), module)
         assert module["run"](None) == "other"
-        import ast
-
-        sent = {"script": "def run(ctx):\n    return 'early'\n",
-                "code": _child.dump_code(ast.parse("def run(ctx):\n    return 'sent'\n"))}
+        sent = {"script": "def run(ctx):\n    return 'early'\n", "code": compiled("def run(ctx):\n    return 'sent'\n")}
         exec(stage.code_for(sent), module)
         assert module["run"](None) == "sent"
         stage.precompile("def run(ctx):\n    return (\n")  # does not compile: left for the start

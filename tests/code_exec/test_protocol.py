@@ -25,8 +25,9 @@ import pytest
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec._launch import Child
-from nexus_tool_code_exec._runner import Outcome, ScriptRun, Settings
+from nexus_tool_code_exec.launchers.base import Child, Launcher
+from nexus_tool_code_exec.host.fastpath import Seat
+from nexus_tool_code_exec.host.runner import Outcome, ScriptRun, Settings
 
 CE = "nexus.tool.code_exec"
 
@@ -81,10 +82,8 @@ FAKE_CHILD = textwrap.dedent('''\
 ''')
 
 
-class FakeLauncher:
+class FakeLauncher(Launcher):
     """Launches the hostile child as a real process in its own process group."""
-
-    kind = "fake"
 
     def __init__(self, program: Path, actions: list[dict[str, Any]]) -> None:
         self.program = program
@@ -153,7 +152,7 @@ def nx(nexus_factory: NexusFactory, watch: Watch) -> Nexus:
     return nexus_factory(plugins=[CE, watch], tools=[ECHO])
 
 
-def play(nx: Nexus, program: Path, actions: list[dict[str, Any]], **settings: Any) -> tuple[Outcome, FakeLauncher, list[CodeExecChunk], float]:
+def play(nx: Nexus, program: Path, actions: list[dict[str, Any]], **settings: Any) -> tuple[Outcome, FakeLauncher, list[CodeExecChunk]]:
     engine = engine_for(nx)
     assert engine is not None
     bound = frozenset(engine.bindings().functions.values())
@@ -163,9 +162,9 @@ def play(nx: Nexus, program: Path, actions: list[dict[str, Any]], **settings: An
               "max_result_bytes": 1 << 20, **settings}
     run = ScriptRun(nx, "call_parent", Settings(**values), bound, emit_chunk=chunks.append)
     launcher = FakeLauncher(program, actions)
-    began = time.monotonic()
-    outcome = run.run(launcher, {"script": "", "bindings": ""})
-    return outcome, launcher, chunks, time.monotonic() - began
+    start = {"t": "start", "script": "", "bindings": ""}
+    outcome = run.run(launcher, Seat.take(launcher), start)  # type: ignore[arg-type]
+    return outcome, launcher, chunks
 
 
 def call(rid: Any, name: Any, args: Any, parallel: bool = False) -> dict[str, Any]:
@@ -199,7 +198,7 @@ def assert_gates_saw_every_invocation(watch: Watch) -> None:
 
 
 def test_forged_calls_are_refused_and_real_ones_go_through_the_gates(nx: Nexus, program: Path, watch: Watch) -> None:
-    outcome, launcher, _, _ = play(nx, program, [
+    outcome, launcher, _ = play(nx, program, [
         {"call": call(1, "run_code", {"script": "def run(ctx):\n    return 1\n"})},
         {"call": call(2, "not_a_tool", {})},
         {"call": call(3, "echo", {"text": "hi"})},
@@ -231,24 +230,24 @@ def test_forged_calls_are_refused_and_real_ones_go_through_the_gates(nx: Nexus, 
 ], ids=["garbage", "not-an-object", "unknown-type", "string-id", "args-list", "name-list"])
 def test_a_protocol_violation_stops_the_child_with_a_clear_error(
         nx: Nexus, program: Path, watch: Watch, actions: list[dict[str, Any]], violation: str) -> None:
-    outcome, launcher, _, elapsed = play(nx, program, [*actions, {"call": call(9, "echo", {"text": "after"})}])
+    outcome, launcher, _ = play(nx, program, [*actions, {"call": call(9, "echo", {"text": "after"})}])
+    # stopped at once: the child never leaves by itself, and at the timeout the error would say so
     assert outcome.error == f"runtime error: the script's process broke the protocol ({violation}) and was stopped"
-    assert elapsed < 2.0  # stopped at once, not at the timeout
     assert gone(launcher.pid)
     assert watch.gated == [] and watch.invoked == []
 
 
 def test_an_over_long_line_stops_the_child_without_exhausting_the_host(nx: Nexus, program: Path, watch: Watch) -> None:
-    outcome, launcher, _, elapsed = play(nx, program, [{"big": 40}], timeout_seconds=20.0)
+    # (that each byte is read once, not rescanned per read, is test_framing.py's)
+    outcome, launcher, _ = play(nx, program, [{"big": 40}], timeout_seconds=20.0)
     assert outcome.error == ("runtime error: the script's process broke the protocol "
                              "(a message longer than the limit) and was stopped")
-    assert elapsed < 2.0  # 32 MiB read once, not rescanned per read
     assert gone(launcher.pid)
 
 
 def test_a_flood_of_calls_is_capped_by_max_tool_calls(nx: Nexus, program: Path, watch: Watch) -> None:
     flood = [{"send": call(i, "echo", {"text": str(i)}, parallel=True)} for i in range(1, 16)]
-    outcome, _, _, _ = play(nx, program, [*flood, {"read": 15}, {"done": True}], max_tool_calls=10)
+    outcome, _, _ = play(nx, program, [*flood, {"read": 15}, {"done": True}], max_tool_calls=10)
     assert outcome.error is None, outcome.error
     results = [r["result"] for r in outcome.result]
     refused = [r for r in results if r.get("error", "") and "tool call limit reached" in r["error"]]
@@ -258,7 +257,7 @@ def test_a_flood_of_calls_is_capped_by_max_tool_calls(nx: Nexus, program: Path, 
 
 
 def test_forged_output_is_capped_and_odd_streams_are_ignored(nx: Nexus, program: Path) -> None:
-    outcome, _, chunks, _ = play(nx, program, [
+    outcome, _, chunks = play(nx, program, [
         {"send": {"t": "out", "s": "stdout", "d": "y" * 5000}},
         {"send": {"t": "out", "s": "/etc/passwd", "d": "ignored"}},
         {"send": {"t": "out", "s": "stdout", "d": {"not": "text"}}},
@@ -271,17 +270,16 @@ def test_forged_output_is_capped_and_odd_streams_are_ignored(nx: Nexus, program:
 
 
 def test_a_child_that_exits_early_is_a_clear_error(nx: Nexus, program: Path) -> None:
-    outcome, _, _, _ = play(nx, program, [{"exit": 3}])
+    outcome, _, _ = play(nx, program, [{"exit": 3}])
     assert outcome.error == "runtime error: the script's process exited with status 3 before it finished"
 
 
 def test_a_done_message_with_invalid_json_is_refused(nx: Nexus, program: Path) -> None:
-    outcome, _, _, _ = play(nx, program, [{"send": {"t": "done", "result": "{not json"}}])
+    outcome, _, _ = play(nx, program, [{"send": {"t": "done", "result": "{not json"}}])
     assert outcome.error == "result is not JSON-serializable: the script's process sent invalid JSON"
 
 
 def test_a_silent_child_is_stopped_at_the_timeout(nx: Nexus, program: Path) -> None:
-    outcome, launcher, _, elapsed = play(nx, program, [{"sleep": 30}], timeout_seconds=1.0)
+    outcome, launcher, _ = play(nx, program, [{"sleep": 30}], timeout_seconds=1.0)
     assert outcome.error == "script timed out after 1s"
-    assert elapsed < 2.0
     assert gone(launcher.pid)

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_fixtures import no_leaks, secret  # noqa: F401 - fixtures used by name
 
 from nexus_tool_code_exec import sandbox
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+              pytest.mark.usefixtures("no_leaks")]
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 

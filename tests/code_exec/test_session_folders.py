@@ -1,4 +1,4 @@
-"""_session: session folders made ahead (`FolderMaker`: a hidden `.pending-<hex>` folder with the
+"""host/session.py: session folders made ahead (`FolderMaker`: a hidden `.pending-<hex>` folder with the
 four files open, made on a helper thread), a run's folder (`SessionFiles`: renamed from the one
 made ahead, or made on the spot, then written by `finish`), the UTF-8 writers `write_text` and
 `write_fd`; and, through a real Nexus, the folders run_code leaves in
@@ -21,7 +21,7 @@ import pytest
 from nexus_core import ToolCall, ToolDef
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec._session import FILES, PENDING_PREFIX, FolderMaker, SessionFiles, write_fd, write_text
+from nexus_tool_code_exec.host.session import FILES, PENDING_PREFIX, FolderMaker, SessionFiles, write_fd, write_text
 from proc_helpers import open_fds, wait_until
 
 CE = "nexus.tool.code_exec"
@@ -67,6 +67,20 @@ def names(path: Path) -> list[str]:
 
 def target(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def target_or_none(fd: int) -> str:
+    """What `fd` is open on, or "" if it is closed."""
+    try:
+        return target(fd)
+    except OSError:
+        return ""
+
+
+def fds_but_folders_made_ahead() -> set[str]:
+    """This process's open fds, but the files of folders made ahead (and fds closed while this
+    looks)."""
+    return {fd for fd in open_fds() if (path := target_or_none(int(fd))) and f"/{PENDING_PREFIX}" not in path}
 
 
 # -- FolderMaker ----------------------------------------------------------------------------
@@ -160,9 +174,12 @@ def test_open_renames_the_folder_made_ahead_and_finish_asks_for_the_next(maker: 
     time.sleep(0.05)
     assert pending(parent) == []  # nothing is made while the run goes on
 
-    count = len(open_fds())
+    # finish asks for the next folder, which the helper thread makes (and opens the files of)
+    # at once, while this thread counts: its files are told apart by their folder
+    count = len(fds_but_folders_made_ahead())
     assert files.finish("out\n", '{"a": 1}', None, ['{"n": 1}\n', '{"n": 2}\n'])
-    assert len(open_fds()) == count - len(FILES)
+    assert len(fds_but_folders_made_ahead()) == count - len(FILES)
+    assert not any(target_or_none(fd).startswith(f"{path}/") for fd in fds)  # the run's files are closed
     next_fds = ready(maker)  # the next one, made once the run is over
     [after] = pending(parent)
     assert after != ahead

@@ -1,6 +1,7 @@
 """The wall-clock limit: a script past `timeout_seconds` is killed with its whole process group,
-and run_code answers `script timed out after ...` within a second of the limit, whatever the
-script was doing (computing, sleeping, waiting for a tool, fanned out in parallel).
+and run_code answers `script timed out after ...`, whatever the script was doing (computing,
+sleeping, waiting for a tool, fanned out in parallel). How soon after the limit it answers is
+the bench's to measure; here, that it answers without waiting for what holds the script up.
 
 The script's process is found from snapshots of this test process's descendants while the
 script runs and after run_code answered: what ran and is gone after is the script's process (a
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 
 from nexus_core import CodeExecChunk, Nexus, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
+from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import alive, descendants, group_members, wait_until
 
 CE = "nexus.tool.code_exec"
@@ -44,14 +45,14 @@ def make(nexus_factory: NexusFactory, spy: ProcessSpy, launcher: str = "auto", t
     nx = nexus_factory(plugins=[CE, spy], tools=tools,
                        config={"plugins": {CE: {"timeout_seconds": LIMIT, "launcher": launcher}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
+    if launcher != "spawn":  # the zygote and the spares it forks ahead (the warm run's replacement too)
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES), descendants()
     spy.baseline = descendants()
     return nx
 
 
-def timed_run(nx: Nexus, script: str) -> tuple[Any, float]:
-    start = time.monotonic()
-    result = nx.invoke("run_code", {"script": textwrap.dedent(script)})
-    return result, time.monotonic() - start
+def run(nx: Nexus, script: str) -> Any:
+    return nx.invoke("run_code", {"script": textwrap.dedent(script)})
 
 
 def assert_left_nothing(spy: ProcessSpy) -> None:
@@ -67,11 +68,11 @@ def assert_left_nothing(spy: ProcessSpy) -> None:
 
 
 @pytest.mark.parametrize("launcher", ["zygote", "spawn"])
-def test_an_infinite_loop_times_out_within_a_second_and_leaves_no_process(
+def test_an_infinite_loop_times_out_and_leaves_no_process(
         nexus_factory: NexusFactory, launcher: str) -> None:
     spy = ProcessSpy()
     nx = make(nexus_factory, spy, launcher)
-    result, elapsed = timed_run(nx, """\
+    result = run(nx, """\
         def run(ctx):
             print("looping")
             while True:
@@ -80,7 +81,6 @@ def test_an_infinite_loop_times_out_within_a_second_and_leaves_no_process(
     assert_error(result, "script timed out after")
     # the wall clock, or the CPU-time rlimit (when cpu_seconds is set below the timeout)
     assert result.error in (f"script timed out after {LIMIT}s", "CPU time limit exceeded")
-    assert LIMIT - 0.05 <= elapsed < LIMIT + 1.0
     assert result.output_structured == {"stdout": "looping\n"}  # what it printed before is kept
     assert_left_nothing(spy)
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 'still fine'\n"}))
@@ -89,16 +89,15 @@ def test_an_infinite_loop_times_out_within_a_second_and_leaves_no_process(
 def test_a_sleeping_script_times_out(nexus_factory: NexusFactory) -> None:
     spy = ProcessSpy()
     nx = make(nexus_factory, spy)
-    result, elapsed = timed_run(nx, "import time\n\ndef run(ctx):\n    print('napping')\n    time.sleep(600)\n")
+    result = run(nx, "import time\n\ndef run(ctx):\n    print('napping')\n    time.sleep(600)\n")
     assert_error(result, "script timed out after")
-    assert elapsed < LIMIT + 1.0
     assert_left_nothing(spy)
 
 
 def test_a_timeout_inside_parallel_callbacks_leaves_no_process(nexus_factory: NexusFactory) -> None:
     spy = ProcessSpy()
     nx = make(nexus_factory, spy)
-    result, elapsed = timed_run(nx, """\
+    result = run(nx, """\
         import parallel
 
         def spin(i):
@@ -110,28 +109,30 @@ def test_a_timeout_inside_parallel_callbacks_leaves_no_process(nexus_factory: Ne
             parallel.map(range(8), spin)
         """)
     assert_error(result, "script timed out after")
-    assert elapsed < LIMIT + 1.0
     assert_left_nothing(spy)
 
 
 def test_a_timeout_while_a_tool_call_is_in_flight_still_answers_on_time(nexus_factory: NexusFactory) -> None:
     """The script's limit covers its tool calls: a slow inner tool does not hold run_code past
-    the limit (the tool's own call finishes in the background, its result unused)."""
+    the limit (the tool's own call finishes in the background, its result unused): run_code
+    answers while the tool is still in its call."""
     release = threading.Event()
     entered = threading.Event()
+    returned = threading.Event()
 
     def slow(arguments: dict[str, Any]) -> str:
         entered.set()
-        release.wait(10)
+        release.wait(30)
+        returned.set()
         return "late"
 
     spy = ProcessSpy()
     nx = make(nexus_factory, spy, tools=(ToolDef(name="slow", handler=slow),))
     try:
-        result, elapsed = timed_run(nx, "import tools\n\ndef run(ctx):\n    print('calling')\n    return tools.slow().output\n")
+        result = run(nx, "import tools\n\ndef run(ctx):\n    print('calling')\n    return tools.slow().output\n")
         assert entered.is_set()
+        assert not returned.is_set(), "run_code waited for the tool call"
         assert_error(result, "script timed out after")
-        assert elapsed < LIMIT + 1.0
         assert_left_nothing(spy)
     finally:
         release.set()
@@ -140,22 +141,22 @@ def test_a_timeout_while_a_tool_call_is_in_flight_still_answers_on_time(nexus_fa
 def test_a_script_that_finishes_in_time_is_not_cut(nexus_factory: NexusFactory) -> None:
     spy = ProcessSpy()
     nx = make(nexus_factory, spy)
-    result, _ = timed_run(nx, "import time\n\ndef run(ctx):\n    time.sleep(0.5)\n    return 'done'\n")
+    result = run(nx, "import time\n\ndef run(ctx):\n    time.sleep(0.5)\n    return 'done'\n")
     assert assert_ok(result).output_structured == {"result": "done"}
 
 
 def test_the_cpu_time_limit_is_its_own_clear_error(nexus_factory: NexusFactory) -> None:
     """With the rlimits layer and cpu_seconds below the timeout, a busy script hits RLIMIT_CPU
     first and is told so."""
-    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 5, "cpu_seconds": 1}}})
+    # the wall clock far past the CPU limit, even on a loaded machine: a timeout would say so
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 20, "cpu_seconds": 1}}})
     from nexus_tool_code_exec import engine_for
 
     engine = engine_for(nx)
     if "rlimits" not in engine.active_layers():
         pytest.skip(f"the rlimits layer is not active here: {engine.layer_statuses()['rlimits'].detail}")
-    result, elapsed = timed_run(nx, "def run(ctx):\n    while True:\n        pass\n")
+    result = run(nx, "def run(ctx):\n    while True:\n        pass\n")
     assert result.error == "CPU time limit exceeded"
-    assert elapsed < 4
 
 
 def test_closing_the_nexus_leaves_no_process_behind(nexus_factory: NexusFactory) -> None:
@@ -179,16 +180,11 @@ def test_a_dead_zygote_is_restarted_for_the_next_script(nexus_factory: NexusFact
     launcher = engine_for(nx).launcher()
     first = launcher.pid
     os.kill(first, _signal.SIGKILL)
-    # gone for good (its spare with it): until then a run may still be served by the spare the
-    # host holds, which needs nothing of the zygote
     assert wait_until(lambda: not alive(first))
-    deadline = time.monotonic() + 10
-    result = None
-    while time.monotonic() < deadline:  # the run that finds it dead may fail; the next must not
-        result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"})
-        if not result.is_error:
-            break
-    assert result is not None and not result.is_error, result
+    # the first run after: its child (a spare of the dead zygote) died with it, so the run is
+    # served by a child of a new zygote
+    result = nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"})
+    assert not result.is_error, result
     assert result.output_structured["result"] == 2
     assert launcher.pid != first
 

@@ -1,10 +1,10 @@
-"""_wait: `PipeReader` (read a pipe, spinning briefly before blocking, adaptively and within
-`SpinPermits`), and the host's defaults `SPIN_SECONDS` and `HOST_PERMITS`.
+"""protocol.PipeReader (read a pipe, spinning briefly before blocking, adaptively and within
+`SpinPermits`), and the defaults `SPIN_SECONDS` and the host's `HOST_PERMITS`.
 
-Real pipes and real threads. Whether a read spun is told by structure where possible (the
-reader's `_spin_ok` flag after the read) and otherwise by the CPU time the reading thread spent
-(`time.thread_time()`): a blocking read burns almost none of its wait, a spinning one nearly all
-of it. The margins are wide, for a noisy 2-vCPU VM.
+Real pipes and real threads. How a read waited is what the reader says it did (`waited`: the data
+was there, caught while spinning, blocked at once, or blocked once a spin ran out), and whether
+its next read may spin is its `_spin_ok` flag. The writes come well inside a spin or well past it,
+so that which happens does not depend on how busy the machine is.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nexus_tool_code_exec._wait import HOST_PERMITS, SPIN_SECONDS, PipeReader, SpinPermits
+from nexus_tool_code_exec.host.fastpath import HOST_PERMITS
+from nexus_tool_code_exec.protocol import SPIN_SECONDS, PipeReader, SpinPermits
 from proc_helpers import open_fds
 
 
@@ -68,23 +69,6 @@ def pipe() -> Iterator[Pipe]:
         p.close()
 
 
-def timed_read(reader: PipeReader, size: int = 1 << 16) -> tuple[bytes, float, float]:
-    """(data, wall seconds, CPU seconds of this thread) of one read."""
-    cpu, wall = time.thread_time(), time.perf_counter()
-    data = reader.read(size)
-    return data, time.perf_counter() - wall, time.thread_time() - cpu
-
-
-def assert_blocked(wall: float, cpu: float) -> None:
-    """A read that waited `wall` seconds without spinning: little of it on the CPU."""
-    assert cpu < max(wall / 2, 0.005), f"burned {cpu * 1000:.1f} ms of CPU in a {wall * 1000:.1f} ms wait"
-
-
-def assert_spun(wall: float, cpu: float) -> None:
-    """A read that spent its wait polling: a good part of it on the CPU (preemption aside)."""
-    assert cpu > wall / 5, f"burned only {cpu * 1000:.1f} ms of CPU in a {wall * 1000:.1f} ms wait"
-
-
 # -- reading --------------------------------------------------------------------------------
 
 
@@ -115,9 +99,8 @@ def test_read_returns_at_most_size_bytes(pipe: Pipe) -> None:
 def test_read_waits_for_data_written_later_by_another_thread(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r)
     pipe.write_later(0.02, b"late")
-    data, wall, _ = timed_read(reader)
-    assert data == b"late"
-    assert wall >= 0.01  # it did wait for the write
+    assert reader.read() == b"late"
+    assert reader.waited == "spun, then blocked"  # it did wait for the write
 
 
 def test_read_returns_empty_at_end_of_file(pipe: Pipe) -> None:
@@ -132,9 +115,8 @@ def test_read_returns_empty_at_end_of_file(pipe: Pipe) -> None:
 def test_read_returns_empty_when_end_of_file_comes_while_it_is_blocked(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r)
     pipe.later(0.02, pipe.close_write)
-    data, wall, _ = timed_read(reader)
-    assert data == b""
-    assert wall >= 0.01
+    assert reader.read() == b""
+    assert reader.waited == "spun, then blocked"
 
 
 # -- when to spin ---------------------------------------------------------------------------
@@ -147,66 +129,61 @@ def test_an_eager_reader_is_ready_to_spin_and_a_lazy_one_is_not(pipe: Pipe) -> N
 
 
 def test_a_lazy_reader_does_not_spin_on_its_first_read(pipe: Pipe) -> None:
-    reader = PipeReader(pipe.r, spin=0.2, eager=False)
+    reader = PipeReader(pipe.r, spin=1.0, eager=False)
     pipe.write_later(0.03, b"x")
-    data, wall, cpu = timed_read(reader)
-    assert data == b"x"
-    assert_blocked(wall, cpu)
+    assert reader.read() == b"x"
+    assert reader.waited == "blocked"
     assert reader._spin_ok  # the wait was shorter than a spin: the next read may spin
 
 
 def test_a_read_of_data_already_there_leaves_the_spin_flag_alone(pipe: Pipe) -> None:
     lazy, eager = PipeReader(pipe.r, spin=0.05, eager=False), PipeReader(pipe.r, spin=0.05)
     os.write(pipe.w, b"ab")
-    assert lazy.read(1) == b"a" and not lazy._spin_ok
-    assert eager.read(1) == b"b" and eager._spin_ok
+    assert lazy.read(1) == b"a" and not lazy._spin_ok and lazy.waited == "ready"
+    assert eager.read(1) == b"b" and eager._spin_ok and eager.waited == "ready"
 
 
 def test_a_reader_spins_while_it_pays_and_blocks_once_a_spin_runs_out(pipe: Pipe) -> None:
-    reader = PipeReader(pipe.r, spin=0.05)
+    reader = PipeReader(pipe.r, spin=0.3)
 
     pipe.write_later(0.005, b"soon")  # within the spin
-    data, wall, cpu = timed_read(reader)
-    assert data == b"soon"
+    assert reader.read() == b"soon"
+    assert reader.waited == "spun"
     assert reader._spin_ok
-    assert_spun(wall, cpu)
 
-    pipe.write_later(0.15, b"late")  # the spin runs out, then the blocking wait is longer than a spin
+    pipe.write_later(1.0, b"late")  # the spin runs out, then the blocking wait is longer than a spin
     assert reader.read() == b"late"
+    assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
 
     pipe.write_later(0.005, b"soon again")  # blocks at once; the wait turns out shorter than a spin
-    data, wall, cpu = timed_read(reader)
-    assert data == b"soon again"
-    assert_blocked(wall, cpu)
+    assert reader.read() == b"soon again"
+    assert reader.waited == "blocked"
     assert reader._spin_ok
 
 
 def test_expect_turns_spinning_back_on(pipe: Pipe) -> None:
-    reader = PipeReader(pipe.r, spin=0.05, eager=False)
+    reader = PipeReader(pipe.r, spin=1.0, eager=False)
     reader.expect()
     assert reader._spin_ok
     pipe.write_later(0.02, b"x")
-    data, wall, cpu = timed_read(reader)
-    assert data == b"x"
-    assert_spun(wall, cpu)
+    assert reader.read() == b"x"
+    assert reader.waited == "spun"
     assert reader._spin_ok
 
 
 def test_expect_with_a_window_spins_that_long_once(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=0.001, eager=False)
-    reader.expect(0.2)
+    reader.expect(2.0)
     pipe.write_later(0.05, b"x")
-    data, wall, cpu = timed_read(reader)
-    assert data == b"x"
-    assert reader._spin_ok  # caught by the spin: a 1 ms spin, then a ~50 ms block, would have cleared it
-    assert_spun(wall, cpu)
+    assert reader.read() == b"x"
+    assert reader.waited == "spun"  # caught by the 2 s spin, not a 1 ms one
+    assert reader._spin_ok
 
-    pipe.write_later(0.03, b"y")  # the next spin is 1 ms again: it runs out, and the wait is long
-    data, wall, cpu = timed_read(reader)
-    assert data == b"y"
+    pipe.write_later(0.05, b"y")  # the next spin is 1 ms again: it runs out, and the wait is long
+    assert reader.read() == b"y"
+    assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
-    assert cpu < wall / 2
 
 
 def test_expect_does_nothing_for_a_reader_that_never_spins(pipe: Pipe) -> None:
@@ -214,9 +191,8 @@ def test_expect_does_nothing_for_a_reader_that_never_spins(pipe: Pipe) -> None:
     reader.expect(0.2)
     assert not reader._spin_ok
     pipe.write_later(0.01, b"x")
-    data, wall, cpu = timed_read(reader)
-    assert data == b"x"
-    assert_blocked(wall, cpu)
+    assert reader.read() == b"x"
+    assert reader.waited == "blocked"
     assert not reader._spin_ok  # a short wait does not turn spinning on either
 
 
@@ -248,11 +224,10 @@ def test_a_reader_without_a_permit_blocks_instead_of_spinning(pipe: Pipe, n: int
     if n:
         assert permits.acquire()  # taken by someone else
     try:
-        reader = PipeReader(pipe.r, spin=0.05, permits=permits)
+        reader = PipeReader(pipe.r, spin=1.0, permits=permits)
         pipe.write_later(0.02, b"x")
-        data, wall, cpu = timed_read(reader)
-        assert data == b"x"
-        assert_blocked(wall, cpu)
+        assert reader.read() == b"x"
+        assert reader.waited == "blocked"
         assert reader._spin_ok  # unchanged: the wait was shorter than a spin
     finally:
         if n:
@@ -261,17 +236,17 @@ def test_a_reader_without_a_permit_blocks_instead_of_spinning(pipe: Pipe, n: int
 
 def test_a_spinning_reader_gives_its_permit_back(pipe: Pipe) -> None:
     permits = SpinPermits(1)
-    reader = PipeReader(pipe.r, spin=0.05, permits=permits)
+    reader = PipeReader(pipe.r, spin=1.0, permits=permits)
     pipe.write_later(0.005, b"x")  # caught by the spin
-    data, wall, cpu = timed_read(reader)
-    assert data == b"x"
-    assert_spun(wall, cpu)
+    assert reader.read() == b"x"
+    assert reader.waited == "spun"
     assert permits.acquire()
     permits.release()
 
     reader = PipeReader(pipe.r, spin=0.001, permits=permits)
     pipe.write_later(0.02, b"y")  # the spin runs out first
     assert reader.read() == b"y"
+    assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
     assert permits.acquire()
     permits.release()

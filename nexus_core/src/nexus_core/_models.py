@@ -8,7 +8,7 @@ returning a `Rewrite`, never by mutating it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -86,6 +86,10 @@ class ToolCall:
     metadata: JSONObject = attrs.field(factory=dict)
 
 
+def _content_tuple(blocks: Iterable[Content]) -> tuple[Content, ...]:
+    return tuple(blocks)
+
+
 @attrs.frozen
 class ToolResult:
     """What a tool call produced. Errors carry their message in both `error` and `output`,
@@ -102,7 +106,7 @@ class ToolResult:
     #: the result as content blocks, for providers that take more than text (images, documents);
     #: empty means one text block holding `output`. When set, `output` is their text form.
     content: tuple[Content, ...] = attrs.field(
-        default=(), converter=tuple,
+        default=(), converter=_content_tuple,
         validator=attrs.validators.deep_iterable(attrs.validators.instance_of(CONTENT_TYPES)))
 
     @property

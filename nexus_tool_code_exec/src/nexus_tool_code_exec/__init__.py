@@ -15,7 +15,7 @@ from nexus_core import hookimpl
 if TYPE_CHECKING:
     from nexus_core import Nexus, SkillContent, ToolDef
 
-    from ._engine import CodeExec
+    from .host.engine import CodeExec
 
 PLUGIN_ID = "nexus.tool.code_exec"
 
@@ -29,7 +29,7 @@ DEFAULT_ALLOWED_PACKAGES = [
 
 
 def config_schema() -> dict[str, Any]:
-    from ._engine import LAYERS
+    from .sandbox import LAYERS
 
     return {
         "type": "object",
@@ -81,7 +81,7 @@ class CodeExecPlugin:
 
     @hookimpl
     def nexus_register_tools(self, register: Any) -> None:
-        from ._engine import CodeExec  # here, not at import: `nexus --help` imports this module
+        from .host.engine import CodeExec  # here, not at import: `nexus --help` imports this module
 
         self.engine = CodeExec(self.nexus, self.config, plugin_id=PLUGIN_ID)
         register(self.engine.tooldef())
@@ -119,7 +119,7 @@ class CodeExecPlugin:
     @staticmethod
     @hookimpl
     def nexus_register_commands(cli: Any) -> None:
-        from ._cli import run_command
+        from .host.cli import run_command
 
         cli.add_command(run_command)
 
@@ -133,7 +133,7 @@ def engine_for(nexus: Nexus) -> CodeExec | None:
 
 def __getattr__(name: str) -> Any:
     if name == "CodeExec":
-        from ._engine import CodeExec
+        from .host.engine import CodeExec
 
         return CodeExec
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

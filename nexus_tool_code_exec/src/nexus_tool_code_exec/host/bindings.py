@@ -1,4 +1,5 @@
-"""Typed bindings for run_code: the `tools` module, generated as Python source from the registry.
+"""Typed bindings for run_code: the `tools` module, generated as Python source from the registry
+(runs in the host; the child compiles the source, child/runtime.py).
 
 One `@attrs.define` class per argument schema and per output schema (nested objects become nested
 classes), one function per tool. The same pieces, with `...` bodies, are the stubs the model reads

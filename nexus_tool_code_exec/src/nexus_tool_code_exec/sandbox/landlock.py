@@ -6,7 +6,7 @@ anything not granted by a rule is denied, and it uses the network rules (ABI >= 
 flags (ABI >= 6) when they exist. The syscall numbers are the same on every architecture.
 
 Landlock restricts the calling *thread* (before ABI 8's TSYNC), so `restrict()` must run while the
-process has one thread; `sandbox.enter()` checks that first.
+process has one thread; `enter()` (layers.py) checks that first.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import os
 
 import attrs
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
+from .libc import syscall
 
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
@@ -87,7 +85,7 @@ class _PathBeneathAttr(ctypes.Structure):
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version, or LandlockError saying why there is none."""
-    res = _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+    res = syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
                    ctypes.c_uint32(CREATE_RULESET_VERSION))
     if res >= 0:
         return int(res)
@@ -160,7 +158,7 @@ def restrict(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> None:
     sockets), for good. The caller must have set no_new_privs."""
     attr = _RulesetAttr(handled_access_fs=ruleset.handled_fs, handled_access_net=ruleset.handled_net,
                         scoped=ruleset.scoped)
-    fd = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ruleset.attr_size),
+    fd = syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ruleset.attr_size),
                   ctypes.c_uint32(0))
     if fd < 0:
         raise _fail("landlock_create_ruleset")
@@ -173,11 +171,11 @@ def restrict(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> None:
                 raise LandlockError(f"cannot open {path!r} for a rule: {exc.strerror}") from None
             try:
                 rule.allowed_access = rights
-                if _syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
+                if syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
                     raise _fail(f"landlock_add_rule({path!r})")
             finally:
                 os.close(rule.parent_fd)
-        if _syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) < 0:
+        if syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) < 0:
             raise _fail("landlock_restrict_self")
     finally:
         os.close(fd)

@@ -1,5 +1,6 @@
-"""`nexus run SCRIPT.py`: a script through run_code from the command line, its output streamed
-live and the result JSON printed last. Added to `nexus` through `nexus_register_commands`."""
+"""`nexus run SCRIPT.py` (runs in the host: the `nexus` command): a script through run_code from
+the command line, its output streamed live and the result JSON printed last. Added to `nexus`
+through `nexus_register_commands`."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ It first checks the architecture (a 32-bit `int 0x80` syscall on x86_64 has othe
 would slip past) and on x86_64 the x32 bit: both kill the process, as every real filter does.
 
 Several checks compare an argument with the child's own pid, so the program is rendered per child
-from a template built once (the warm zygote imports this module; a child only patches the pid).
+from a template built once (the zygote prepares it; a child only patches the pid and installs it).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import struct
 from collections.abc import Callable
 
 import attrs
+
+from .libc import PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, prctl, syscall
 
 # --- classic BPF opcodes (linux/filter.h, linux/bpf_common.h) ---
 _BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -423,13 +425,6 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_prctl = _libc.prctl
-
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_FILTER_FLAG_TSYNC = 1
@@ -450,16 +445,16 @@ class Prepared:
         """Load the filter for this process (all threads, via TSYNC), with no_new_privs."""
         for slot in self.template.pid_slots:
             struct.pack_into("=I", self._buf, slot * 8 + 4, pid & 0xFFFFFFFF)
-        if _prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise SeccompError(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
         prog = ctypes.byref(self._prog)
-        res = _syscall(self._nr, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, prog)
+        res = syscall(self._nr, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, prog)
         if res == 0:
             return
         err = ctypes.get_errno()
         if err == errno.ENOSYS:
             # Linux < 3.17 has no seccomp() syscall; prctl does the same for a single thread.
-            if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0) == 0:
+            if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0) == 0:
                 return
             err = ctypes.get_errno()
             if err == errno.EINVAL:

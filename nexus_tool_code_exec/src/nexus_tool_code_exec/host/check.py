@@ -1,6 +1,6 @@
-"""The static check of a run_code script, before anything runs.
+"""The static check of a run_code script, before anything runs (runs in the host).
 
-It exists to give the model early, clear errors, not to contain it: the sandbox (sandbox.py) is
+It exists to give the model early, clear errors, not to contain it: the sandbox (sandbox/) is
 the boundary. Every violation is reported at once, each with its line.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+
+from ..protocol import SCRIPT_FILENAME
 
 #: modules that start threads or processes; refused with `reject_threads` even if allowed
 THREAD_MODULES = frozenset({"threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess"})
@@ -19,7 +21,8 @@ FORBIDDEN_NAMES = frozenset(
      "__builtins__", "__loader__", "__spec__"}
 )
 
-RUNTIME_MODULES = ("tools", "parallel")
+#: the modules run_code gives every script (besides `skills.<name>` of the active skills)
+PROVIDED_MODULES = ("tools", "parallel")
 
 #: compiler directives, not modules that reach anything: a model writes
 #: `from __future__ import annotations` out of habit, and refusing it costs a retry for nothing
@@ -49,7 +52,7 @@ def check_script(
 ) -> ast.Module:
     """Parse and check `source`; return its AST or raise ScriptRejected with every problem."""
     try:
-        tree = ast.parse(source, filename="script.py")
+        tree = ast.parse(source, filename=SCRIPT_FILENAME)
     except SyntaxError as exc:
         raise ScriptRejected([f"line {exc.lineno or 1}: syntax error: {exc.msg}"]) from None
     except (RecursionError, MemoryError):
@@ -67,7 +70,7 @@ def check_script(
         top, _, rest = name.partition(".")
         if top in ALWAYS_ALLOWED:
             return
-        if top in RUNTIME_MODULES:
+        if top in PROVIDED_MODULES:
             if rest:
                 problems.append((line, f"'{name}' does not exist: import {top} itself"))
             return
@@ -84,7 +87,7 @@ def check_script(
                                    "processes (use parallel.map)"))
         elif top not in allowed:
             problems.append((line, f"import of {name!r} is not allowed (allowed: "
-                                   f"{', '.join(sorted(allowed | set(RUNTIME_MODULES)))}, skills.<active skill>)"))
+                                   f"{', '.join(sorted(allowed | set(PROVIDED_MODULES)))}, skills.<active skill>)"))
 
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)

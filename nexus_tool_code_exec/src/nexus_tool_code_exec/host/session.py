@@ -1,5 +1,8 @@
 """Persisting a run in its session folder, `<session_dir>/plugins/<plugin id>/<call id>/`:
-script.py, stdout.txt, result.json or error.txt, and calls.jsonl.
+script.py, stdout.txt, result.json or error.txt, and calls.jsonl (runs in the host).
+
+`SessionStore` is what the engine uses: `open` while the child starts the script, `persist` at the
+end (also for a run that never started: a rejected script is persisted too).
 
 Making a file is the slow part: ~60 us in a tight loop on the ext4 disks of small VMs, 150-200 us
 next to a run, against ~5 us for writing into one already open. So the folder for the next run is
@@ -15,10 +18,17 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..protocol import write_all
+
+if TYPE_CHECKING:
+    from .runner import Outcome
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -30,9 +40,7 @@ PENDING_PREFIX = ".pending-"
 
 def write_fd(fd: int, text: str) -> None:
     """All of `text`, as UTF-8 (characters UTF-8 cannot encode, lone surrogates, as '?')."""
-    view = memoryview(text.encode("utf-8", "replace"))
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, text.encode("utf-8", "replace"))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -242,3 +250,66 @@ class SessionFiles:
         finally:
             folder.close()
         return True
+
+
+def folder_for(session_dir: str | Path, plugin_id: str, call_id: str) -> Path:
+    """`<session_dir>/plugins/<plugin id>/<call id>`. Call ids may come from an LLM provider, so
+    the id is made a plain folder name first: it can never name a path elsewhere."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", call_id).lstrip(".") or "_"
+    return Path(session_dir) / "plugins" / plugin_id / name
+
+
+class SessionStore:
+    """The session folders of one engine: a `FolderMaker` per parent folder (the session_dir
+    may change between runs), each run's `SessionFiles`, and the folders written whole."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._makers: dict[Path, FolderMaker] = {}
+
+    def open(self, folder: Path, script: str) -> SessionFiles:
+        """A run's folder, made (or renamed from one made ahead) with script.py written and the
+        other files open, while its child starts the script."""
+        with self._lock:
+            maker = self._makers.get(folder.parent)
+            if maker is None:
+                maker = self._makers[folder.parent] = FolderMaker(folder.parent)
+        files = SessionFiles(folder, maker)
+        files.open(script)
+        return files
+
+    def persist(self, folder: Path, files: SessionFiles | None, script: str, outcome: Outcome) -> None:
+        """The run's outcome into its open files, or, where none were opened (the run never
+        started) or they could not be made, the whole folder written now."""
+        if files is not None and files.finish(outcome.stdout, outcome.result_json, outcome.error,
+                                              outcome.call_lines):
+            return
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text(folder / "script.py", script)
+            write_text(folder / "stdout.txt", outcome.stdout)
+            stale = folder / ("error.txt" if outcome.error is None else "result.json")
+            if stale.exists():  # an earlier run of this call id: only this run's outcome stays
+                stale.unlink()
+            if outcome.error is None:
+                write_text(folder / "result.json", outcome.result_json or "null")
+            else:
+                write_text(folder / "error.txt", outcome.error + "\n")
+            write_text(folder / "calls.jsonl", "".join(outcome.call_lines))
+        except OSError:
+            log.exception("could not persist run_code call in %s", folder)
+
+    def held_fds(self) -> set[int]:
+        """The files of the folders made ahead, open between runs."""
+        with self._lock:
+            makers = list(self._makers.values())
+        held: set[int] = set()
+        for maker in makers:
+            held |= maker.held_fds()
+        return held
+
+    def close(self) -> None:
+        with self._lock:
+            makers, self._makers = list(self._makers.values()), {}
+        for maker in makers:
+            maker.close()  # a folder made ahead and never used goes

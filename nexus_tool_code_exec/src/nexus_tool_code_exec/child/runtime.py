@@ -1,0 +1,390 @@
+"""The runtime a script runs in (runs in the child). Inside the child this module is also
+importable as `_nexus_rt`: the runtime that the generated `tools` module calls into.
+
+A child's life, with the messages of protocol.py:
+
+    isolate      enter the sandbox the host's policy asks for (or report why not, and exit)
+    Stage        set up what every run needs, while it waits for its script (a spare waits long)
+    WAKE         (a lone run) the script's source comes early: compile it while the host checks it
+    START        install `tools`, `parallel`, `skills`; run `run(ctx)`; each tool call is a CALL
+                 to the host, which answers with a RESULT; output goes as OUT messages
+    DONE/ERROR   the end: run's return value as JSON, or what went wrong; then the process exits
+
+The host treats everything the child sends as untrusted. Nothing here is a security boundary.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from .. import protocol
+from ..protocol import SCRIPT_FILENAME
+from .channel import MAX_LINE, Channel, ChannelClosed
+from .errors import describe, script_line
+from .output import StreamWriter
+
+
+# -- the runtime the bindings call ------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call from the script did not succeed."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        super().__init__(f"{tool}: {reason}")
+        self.tool = tool
+        self.reason = reason
+
+
+class ToolVetoed(ToolError):
+    """A gate refused the call."""
+
+
+class ToolFailed(ToolError):
+    """The tool ran (or could not) and returned an error."""
+
+
+@attrs.define(kw_only=True)
+class Result:
+    """What a tool without an output schema returns: its text output."""
+
+    output: str = ""
+    error: str | None = None
+    output_file: str | None = None
+
+
+def _json_overrides(cls: type) -> dict[str, Any]:
+    return {f.name: override(rename=f.metadata["json"]) for f in attrs.fields(cls) if "json" in f.metadata}
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    conv.register_structure_hook_factory(
+        attrs.has, lambda cls: make_dict_structure_fn(cls, conv, **_json_overrides(cls))
+    )
+    conv.register_unstructure_hook_factory(
+        attrs.has,
+        lambda cls: make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **_json_overrides(cls)),
+    )
+    return conv
+
+
+converter = _make_converter()
+#: the pipes to the host, set when a script starts
+_channel: Channel | None = None
+#: per thread: whether it is one of parallel's workers (parallel.py sets it)
+_local = threading.local()
+
+
+def in_parallel() -> bool:
+    return getattr(_local, "parallel", False)
+
+
+def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], result_type: Any) -> Any:
+    """Call tool `name` through the host; typed result, or ToolVetoed / ToolFailed."""
+    if args is None:
+        try:
+            args = args_cls(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"tools.{name}: {exc}".replace("__init__() ", "")) from None
+    elif kwargs:
+        raise TypeError(f"tools.{name}: pass an {args_cls.__name__} or keywords, not both")
+    if isinstance(args, dict):
+        arguments = args
+    elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
+        arguments = converter.unstructure(args)
+    else:
+        raise TypeError(f"tools.{name}: expected {args_cls.__name__}, got {type(args).__name__}")
+    assert _channel is not None, "the tools runtime is only available inside run_code"
+    reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
+    result = reply.get("result") or {}
+    error = result.get("error")
+    if error is not None:
+        raise (ToolVetoed if result.get("error_kind") == "vetoed" else ToolFailed)(name, str(error))
+    if result_type is Result:
+        return Result(output=result.get("output", ""), output_file=result.get("output_file"))
+    data = result.get("output_structured")
+    if data is None:
+        try:
+            data = json.loads(result.get("output") or "null")
+        except ValueError:
+            raise ToolFailed(name, "its output is not the JSON its output schema promises") from None
+    try:
+        return converter.structure(data, result_type)
+    except Exception as exc:
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        raise ToolFailed(name, f"its output does not match its output schema: {detail}") from None
+
+
+def _json_default(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return converter.unstructure(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: the child's encoder: attrs instances from `tools` as their JSON form
+_encode = protocol.encoder(default=_json_default)
+
+
+#: bindings the zygote compiled ahead of the fork, by key
+PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
+
+
+def compile_bindings(source: str) -> types.ModuleType:
+    """The `tools` module built from its generated source."""
+    sys.modules["_nexus_rt"] = sys.modules[__name__]
+    tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
+    tools.__file__ = "tools.py"
+    exec(compile(source, "tools.py", "exec", dont_inherit=True), tools.__dict__)
+    return tools
+
+
+def warm_bindings(tools: types.ModuleType) -> None:
+    """Have cattrs generate its (un)structure functions for every class in `tools` now: done
+    once in the zygote, it is not done again (and copied on write) in every child's first call."""
+    for value in list(vars(tools).values()):
+        if isinstance(value, type) and attrs.has(value):
+            converter.get_unstructure_hook(value)
+            converter.get_structure_hook(value)
+
+
+# -- isolating the process ------------------------------------------------------------------
+
+
+def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int) -> None:
+    """Enter the sandbox `policy` asks for, keeping only the two pipe fds. Where it cannot be
+    entered, tell the host (an ERROR of kind SANDBOX: the script never ran) and exit."""
+    if not policy.get("layers"):
+        # no layer at all (none works here): still a process group of its own, which the
+        # timeout kills whole, and the scratch folder as the working directory
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)
+        if "scratch" in policy:
+            os.chdir(policy["scratch"])
+        return
+    try:
+        from .. import sandbox
+
+        sandbox.enter(sandbox.SandboxPolicy(
+            scratch_dir=policy["scratch"],
+            read_paths=tuple(policy["read_paths"]),
+            limits=sandbox.Limits(**policy["limits"]),
+            layers=frozenset(policy["layers"]),
+            keep_fds=(rfd, wfd),
+            net_fd=policy.get("net_fd"),
+        ))
+    except Exception as exc:  # the host turns it into the run's error
+        Channel(rfd, wfd).send({"t": protocol.ERROR, "kind": protocol.SANDBOX, "message": describe(exc)})
+        os._exit(1)
+
+
+# -- running one script ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Context:
+    """What `run(ctx)` receives."""
+
+    call_id: str
+    timeout_seconds: float
+    started: float = attrs.field(factory=time.monotonic)
+
+    def remaining(self) -> float:
+        """Seconds left before the script is stopped."""
+        return max(0.0, self.timeout_seconds - (time.monotonic() - self.started))
+
+
+def load_code(start: dict[str, Any]) -> types.CodeType:
+    """The script's code object: loaded from what the host compiled when it is for this
+    interpreter's bytecode (a child's first compile pays for every page the compiler touches,
+    ~0.3 ms, against ~20 us for this), else compiled here from the source. The host is trusted;
+    what the child runs is the script either way."""
+    code = protocol.unpack_code(start.get("code"))
+    if code is not None:
+        return code
+    return compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
+
+
+#: a START as the host sends it, for a spare to take through the path a real one takes
+_SAMPLE_START = protocol.encode({
+    "t": protocol.START, "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
+    "code": protocol.pack_code(compile("def run(ctx):\n    return 1\n", SCRIPT_FILENAME, "exec", dont_inherit=True)),
+    "bindings_key": "", "skills": {}, "max_workers": 1, "max_output_bytes": 1, "max_result_bytes": 1, "timeout": 1,
+})
+
+
+class Stage:
+    """What a run needs that does not depend on its script: set up by a spare before its script
+    comes, so that the run does not pay for it (in a fresh fork, mostly page faults)."""
+
+    def __init__(self, channel: Channel) -> None:
+        from . import parallel
+
+        self.channel = channel
+        self.budget = [65536]
+        self.flags = {"truncated": False}
+        self.out = StreamWriter(channel, "stdout", self.budget, self.flags)
+        self.err = StreamWriter(channel, "stderr", self.budget, self.flags)
+        self.parallel: Any = parallel  # its MAX_WORKERS is set per run
+        self.skills = types.ModuleType("skills", "Helpers of the active skills.")
+        self.skills.__path__ = []
+        self.finder = SkillHelpers({})
+        self.module = types.ModuleType("__script__")
+        self.module.__file__ = SCRIPT_FILENAME
+        self._compiled: tuple[str, types.CodeType] | None = None
+        # the start message's way through this process, once, on a sample (made in the zygote):
+        # its first pass through the framing, the JSON decoder, base64 and marshal costs ~0.3 ms
+        # of page faults in a fresh fork, better paid while nobody waits
+        lines = protocol.LineReader(MAX_LINE)
+        lines.feed(_SAMPLE_START)
+        sample = lines.next()
+        assert sample is not None
+        exec(load_code(sample), types.ModuleType("__sample__").__dict__)
+
+    def precompile(self, script: Any) -> None:
+        """Compile the script the host said is coming, while the host checks it (it runs only
+        once the start message comes, which names the same script). A script that does not
+        compile is left for the start, where its error is reported as usual."""
+        if isinstance(script, str):
+            try:
+                self._compiled = (script, compile(script, SCRIPT_FILENAME, "exec", dont_inherit=True))
+            except Exception:  # noqa: BLE001 - the host's check reports it, or the start does
+                self._compiled = None
+
+    def code_for(self, start: dict[str, Any]) -> types.CodeType:
+        """The code of the start's script: compiled already from the same source, or loaded
+        from what the host sent."""
+        if self._compiled is not None and self._compiled[0] == start.get("script") and "code" not in start:
+            return self._compiled[1]
+        return load_code(start)
+
+
+def install_modules(start: dict[str, Any], stage: Stage) -> None:
+    """Put `_nexus_rt`, `tools`, `parallel` and `skills.<name>` in sys.modules."""
+    sys.modules["_nexus_rt"] = sys.modules[__name__]
+    stage.parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
+    sys.modules["parallel"] = stage.parallel
+    tools = PRELOADED_BINDINGS.get(start.get("bindings_key") or "")
+    if tools is None:
+        if "bindings" not in start:
+            raise RuntimeError("the host sent no bindings, and this process has none compiled")
+        tools = compile_bindings(start["bindings"])
+    sys.modules["tools"] = tools
+    sys.modules["skills"] = stage.skills
+    stage.finder.skills = start.get("skills") or {}
+    sys.meta_path[:] = [stage.finder] + [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]
+
+
+class SkillHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports `skills.<name>` from the helper sources the host sent, when the script imports
+    it: one active skill with a helper that cannot load here (a library that is not installed,
+    a command-line script) then fails only the scripts that import that skill, not every script."""
+
+    def __init__(self, skills: dict[str, list[tuple[str, str]]]) -> None:
+        self.skills = skills
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, name = fullname.partition(".")
+        if package != "skills" or name not in self.skills:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin=f"skills/{name}/__init__.py")
+
+    def create_module(self, spec: Any) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__.partition(".")[2]
+        module.__file__ = f"skills/{name}/__init__.py"
+        for filename, source in self.skills[name]:
+            exec(compile(source, f"skills/{name}/{filename}", "exec", dont_inherit=True), module.__dict__)
+
+
+def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = None) -> dict[str, Any]:
+    """Run the script of `start`; the final message to send (DONE or ERROR)."""
+    global _channel
+    _channel = channel
+    stage = stage or Stage(channel)
+    stage.budget[0] = int(start.get("max_output_bytes", 65536))
+    flags, out, err, module = stage.flags, stage.out, stage.err, stage.module
+    sys.stdout, sys.stderr = out, err
+    try:
+        install_modules(start, stage)
+        code = stage.code_for(start)
+        exec(code, module.__dict__)
+        run: Callable[[Any], Any] = module.__dict__["run"]
+        value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
+    except MemoryError:
+        out.flush()
+        err.flush()
+        return {"t": protocol.ERROR, "kind": protocol.MEMORY, "message": "memory limit exceeded"}
+    except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
+        out.flush()
+        err.flush()
+        line = script_line(exc.__traceback__)
+        where = f"line {line}: " if line else ""
+        return {"t": protocol.ERROR, "kind": protocol.RUNTIME, "message": f"{where}{describe(exc, start.get('script', ''))}",
+                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    out.flush()
+    err.flush()
+    try:
+        text = json.dumps(value, default=_json_default, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return {"t": protocol.ERROR, "kind": protocol.UNSERIALIZABLE, "message": str(exc)}
+    limit = int(start.get("max_result_bytes", 1 << 20))
+    if len(text) > limit:
+        return {"t": protocol.ERROR, "kind": protocol.TOO_LARGE, "message": f"{len(text)} bytes (the limit is {limit})"}
+    return {"t": protocol.DONE, "result": text, "truncated": flags["truncated"]}
+
+
+def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
+    """Run one script: read its start message (unless given), run it, report, flush."""
+    channel = Channel(rfd, wfd, _encode)
+    try:
+        stage = Stage(channel)
+        while start is None:
+            msg = channel.read_message()
+            if msg.get("t") == protocol.WAKE:  # its script is on its way: compile it, poll for the start
+                channel.expect(min(float(msg.get("spin") or 0), 20000.0) / 1e6)
+                stage.precompile(msg.get("script"))
+                continue
+            start = msg
+        if start.get("spin"):
+            # the host keeps this process off the CPU of the thread that reads it: polling
+            # for the answers does not take their CPU (otherwise the waits turn polling on)
+            channel.expect()
+        final = run_script(channel, start, stage)
+    except ChannelClosed:
+        return
+    try:
+        channel.send(final)
+    except OSError:
+        pass
+
+
+def main() -> None:
+    """`python -I -m nexus_tool_code_exec.child POLICY_JSON`: the spawn launcher's child. The
+    protocol runs on fds 0 and 1, which are then pointed at /dev/null."""
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    isolate(json.loads(sys.argv[1]), rfd, wfd)
+    serve(rfd, wfd)
+    sys.stdout = sys.__stdout__
+    sys.stderr = sys.__stderr__
+    os._exit(0)

@@ -1,0 +1,432 @@
+"""Serving one script's run, from its START to its end (runs in the host): speak the protocol with
+the child, answer its tool calls through `Nexus.invoke` (gates and all), stream its output, keep
+its calls, enforce the limits, end the child, and say how the run ended (`Outcome`).
+
+Everything the child sends is untrusted: a call names a tool by name and the host decides. Only
+tools that were bound for this script can be reached (never run_code), each through the gates,
+at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
+
+The thread that called run_code reads the child until the script ends or makes its first tool
+call (a trivial script, or one that only prints, costs no thread hop). From the first call on, a
+reader thread answers the calls and this thread waits for it with the deadline, so that a tool
+that hangs cannot hold run_code past `timeout_seconds` (+ DEADLINE_GRACE); at the deadline the
+watchdog kills the child, whatever either thread is doing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+
+from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
+
+from .. import protocol
+from ..launchers.base import Child, Launcher
+from ..protocol import LineReader, PipeReader
+from . import fastpath
+from .fastpath import Seat
+from .streaming import Ledger, Streamer
+from .watchdog import Watchdog
+
+log = logging.getLogger("nexus_tool_code_exec")
+
+#: a line longer than this is a protocol violation (or than what a result of max_result_bytes
+#: needs, if that is more)
+MAX_MESSAGE = 32 * 1024 * 1024
+MAX_ERROR_CHARS = 8192
+#: how long past the timeout a run waits for a reader held up in a tool call before it answers
+DEADLINE_GRACE = 0.25
+
+#: the host's encoder: what JSON has no type for (in a tool's output_structured) as its str()
+_encode = protocol.encoder(default=str)
+
+
+@attrs.define
+class Settings:
+    timeout_seconds: float
+    max_output_bytes: int
+    max_workers: int
+    max_tool_calls: int
+    max_result_bytes: int
+    cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
+
+
+@attrs.define
+class Outcome:
+    """How a script ended. `error` starts with one of the brief's prefixes when set."""
+
+    stdout: str = ""
+    stdout_truncated: bool = False
+    result: Any = None
+    result_json: str | None = None
+    error: str | None = None
+    #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
+    call_lines: list[str] = attrs.field(factory=list)
+    duration: float = 0.0
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """The inner calls: id, name, arguments and result, as calls.jsonl has them."""
+        return [json.loads(line) for line in self.call_lines]
+
+
+class ProtocolError(Exception):
+    """The child sent something that is not the protocol."""
+
+
+@attrs.define
+class _Ending:
+    """How serving one child ended: its final message (DONE or ERROR), or the protocol violation
+    that stopped it, or neither (it went away); and what the host then learnt of it."""
+
+    final: dict[str, Any] | None = None
+    violation: str | None = None
+    error: str | None = None  # the host's own failure to serve it
+    timed_out: bool = False
+    status: int | None = None  # its exit status, where it had to be killed
+    cpu_seconds: float | None = None
+    messages: int = 0  # messages read from it
+    lost: bool = False  # it died with its zygote (see ScriptRun.run)
+
+
+@attrs.define(eq=False)
+class _Pipe:
+    """The child's pipe as the run reads it, passed from the thread that starts reading to the
+    one that goes on at the first tool call (with that call). The child's fds are closed by
+    whichever of the two threads lets go last: a reader held up in a tool call must not read a
+    closed fd whose number was reused."""
+
+    child: Child
+    reader: PipeReader
+    lines: LineReader
+    first_call: tuple[dict[str, Any], int] | None = None
+    _holders: int = 1
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holders += 1
+
+    def let_go(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self.child.close()
+
+
+class ScriptRun:
+    def __init__(
+        self,
+        nexus: Nexus,
+        call_id: str,
+        settings: Settings,
+        bound_tools: frozenset[str],
+        emit_chunk: Callable[[CodeExecChunk], None],
+    ) -> None:
+        self.nexus = nexus
+        self.call_id = call_id
+        self.settings = settings
+        self.bound_tools = bound_tools
+        self.streamer = Streamer(emit_chunk, call_id, settings.max_output_bytes)
+        self.ledger = Ledger()
+        self._calls = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._child: Child | None = None  # the child answers go to, while the run has it
+        self._write_lock = threading.Lock()
+        self._messages = 0
+        # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
+        self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self, launcher: Launcher, seat: Seat, start: protocol.StartMessage,
+            meanwhile: Callable[[], None] | None = None) -> Outcome:
+        """Run the script of `start` in `seat`'s child, from START to its end. `meanwhile` is
+        called once, while the child starts the script (this thread has nothing else to do).
+
+        A child that died with its zygote before the script could do anything (a spare set to
+        die with its parent, or one that found its parent gone while it set itself up) gets a
+        successor: a child of a new zygote from `launcher`, which runs the script from the
+        start. Nothing was lost: a script acts only through messages, and it sent none."""
+        began = time.monotonic()
+        ending = self._serve(seat, start, meanwhile)
+        if ending.lost:
+            try:
+                ending = self._serve(Seat.take(launcher), start, None)
+            except Exception as exc:
+                ending = _Ending(error=f"runtime error: could not start the script's process: {exc}")
+        self.streamer.finish()
+        return self._outcome(ending, time.monotonic() - began)
+
+    def _serve(self, seat: Seat, start: protocol.StartMessage, meanwhile: Callable[[], None] | None) -> _Ending:
+        """Serve one child: START, then its messages until its end; then end it."""
+        seat.used = True
+        child = seat.child
+        self._messages = 0
+        with self._write_lock:
+            self._child = child
+        watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        pipe = _Pipe(child, fastpath.reader_of(child), LineReader(self.max_message))
+        ending = _Ending()
+        try:
+            self._send(self._start_for(child, seat, start))
+            if meanwhile is not None:
+                meanwhile()
+            if seat.placed:
+                pipe.reader.expect(fastpath.FIRST_SPIN)  # a short script's end comes within it
+            ending.final, ending.violation = self._read_to_the_end(seat, pipe)
+        finally:
+            seat.release()
+            watchdog.cancel()
+            if ending.final is not None and ending.final.get("t") == protocol.DONE and not ending.violation:
+                child.end()  # it finished: it is exiting by itself; make sure of it without waiting
+            else:
+                child.kill()
+                ending.status = child.wait(timeout=2.0)
+                ending.cpu_seconds = child.cpu_seconds
+            if self._pool is not None:
+                # a script that finished honestly has no call in flight; one still running was
+                # left by a script that did not wait for it (or forged it): its answer has no one
+                # to go to, and waiting for it would hold run_code past its deadline
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            with self._write_lock:
+                self._child = None
+            pipe.let_go()
+            child.finished()
+        ending.timed_out, ending.messages = watchdog.fired, self._messages
+        # nothing from the child but (maybe) its sandbox's error: the script never started
+        final = ending.final
+        never_started = not ending.timed_out and not ending.violation and (
+            (final is None and ending.messages == 0)
+            or (final is not None and final.get("kind") == protocol.SANDBOX and ending.messages == 1))
+        ending.lost = never_started and child.died_with_its_maker()
+        return ending
+
+    @staticmethod
+    def _start_for(child: Child, seat: Seat, start: protocol.StartMessage) -> protocol.StartMessage:
+        """The START this child gets: without the bindings where it has them compiled; with
+        "spin" where it runs on CPUs of its own (it may poll for its first call's answer too)."""
+        sent = dict(start)
+        if child.bindings_key is not None and child.bindings_key == start.get("bindings_key"):
+            sent.pop("bindings", None)
+        if seat.placed:
+            sent["spin"] = True
+        return sent  # type: ignore[return-value]
+
+    def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[dict[str, Any] | None, str | None]:
+        """The final message, or the protocol violation, or (None, None) if the child went away
+        or the deadline passed while a reader thread was held up in a tool call."""
+        began = time.monotonic()
+        try:
+            ended = self._read_loop(pipe, hand_off=True)
+        except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
+            log.exception("run_code: reading the script's process of %s failed", self.call_id)
+            return None, f"the host failed reading it: {type(exc).__name__}"
+        if ended is not None:
+            return ended
+        # the first tool call: a reader thread takes over the pipe, this thread waits for it
+        finished = threading.Event()
+        box: list[tuple[dict[str, Any] | None, str | None]] = []
+
+        def read_on() -> None:
+            if seat.place_reader():
+                pipe.reader.expect()  # on CPUs of their own: answers and calls come quickly
+            try:
+                ended = self._read_loop(pipe, hand_off=False)
+                assert ended is not None  # only a hand-off returns None
+                box.append(ended)
+            except Exception as exc:  # noqa: BLE001 - the run must end with an error, not hang
+                log.exception("run_code: reading the script's process of %s failed", self.call_id)
+                box.append((None, f"the host failed reading it: {type(exc).__name__}"))
+            finally:
+                finished.set()
+                pipe.let_go()
+
+        pipe.hold()
+        fastpath.readers.submit(read_on)
+        wait = self.settings.timeout_seconds + DEADLINE_GRACE - (time.monotonic() - began)
+        if finished.wait(max(wait, 0.0)) and box:
+            return box[0]
+        return None, None
+
+    def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[dict[str, Any] | None, str | None] | None:
+        """Handle the child's messages until the end: the final message, or a protocol violation.
+        With `hand_off`, stop instead at the first tool call and return None: the call is left
+        in `pipe` for the thread that goes on reading."""
+        lines, read = pipe.lines, pipe.reader.read
+        if pipe.first_call is not None:
+            call, size = pipe.first_call
+            pipe.first_call = None
+            try:
+                self._dispatch_call(call, size)
+            except ProtocolError as exc:
+                return None, str(exc)
+        while True:
+            try:
+                msg = lines.next()
+                if msg is None:
+                    try:
+                        data = read()
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return None, None
+                    lines.feed(data)
+                    continue
+                self._messages += 1
+                kind = msg.get("t")
+                if kind == protocol.OUT:
+                    self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
+                    if msg.get("truncated") is True:
+                        self.streamer.truncated = True
+                elif kind == protocol.CALL:
+                    if hand_off:
+                        pipe.first_call = (msg, lines.size)
+                        return None
+                    self._dispatch_call(msg, lines.size)
+                elif kind in (protocol.DONE, protocol.ERROR):
+                    return msg, None
+                else:
+                    return None, f"an unknown message type {kind!r}"
+            except (ProtocolError, protocol.FramingError) as exc:
+                return None, str(exc)
+
+    # -- answering tool calls -------------------------------------------------------------------
+
+    def _dispatch_call(self, msg: dict[str, Any], size: int = 0) -> None:
+        if not isinstance(msg.get("id"), int) or not isinstance(msg.get("name"), str) or not isinstance(msg.get("args"), dict):
+            raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
+        self._calls += 1
+        if self._calls > self.settings.max_tool_calls:
+            self._refuse(msg, f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls")
+            return
+        if msg.get("p"):
+            # made inside parallel.map: answered concurrently, at most max_workers at once
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
+            self._pool.submit(self._answer, msg, size)
+        else:
+            # a lone sequential call: answered right here on the reading thread, no hop. The
+            # run's caller waits on the reader with the deadline, so a tool that hangs here
+            # cannot hold run_code past it.
+            self._answer(msg, size)
+
+    def _answer(self, msg: dict[str, Any], size: int = 0) -> None:
+        try:
+            self._answer_call(msg, size)
+        except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
+            log.exception("run_code: answering a call of %s failed", self.call_id)
+            self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}")
+
+    def _answer_call(self, msg: dict[str, Any], size: int) -> None:
+        rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
+        call = ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {},
+                        parent_call_id=self.call_id)
+        if name not in self.bound_tools:
+            result = ToolResult(id=call.id, name=call.name, output=f"unknown tool: {name!r}",
+                                error=f"unknown tool: {name!r}", error_kind="unknown_tool")
+        else:
+            result = self.nexus.invoke(call)
+        # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
+        reply: protocol.CallResult = {"output": result.output}
+        if result.error is not None:
+            reply["error"] = result.error
+            reply["error_kind"] = result.error_kind
+        if result.output_file is not None:
+            reply["output_file"] = result.output_file
+        if result.output_structured is not None:
+            reply["output_structured"] = result.output_structured
+        self._send({"t": protocol.RESULT, "id": rid, "result": reply})
+        # turned into its line of calls.jsonl now, while the child reads the answer
+        self.ledger.record(call, result, size)
+
+    def _refuse(self, msg: dict[str, Any], reason: str) -> None:
+        self._send({"t": protocol.RESULT, "id": msg.get("id"),
+                    "result": {"output": reason, "error": reason, "error_kind": "failure"}})
+
+    def _send(self, msg: protocol.StartMessage | protocol.ResultMessage) -> None:
+        data = _encode(msg)
+        # the child is read under the lock: once the run has let go of it (and closed its fds,
+        # whose numbers the process may reuse at once), a late answer is dropped, not written
+        # into whatever file took the number
+        with self._write_lock:
+            child = self._child
+            if child is None:
+                return
+            try:
+                protocol.write_all(child.wfd, data)
+            except OSError:
+                pass  # the child is gone; its end of the run is handled by the reader
+
+    # -- how it ended -------------------------------------------------------------------------
+
+    def _outcome(self, ending: _Ending, duration: float) -> Outcome:
+        final = ending.final
+        outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
+                          stdout_truncated=self.streamer.truncated or bool(final and final.get("truncated")),
+                          call_lines=self.ledger.lines())
+        if ending.error is not None:
+            outcome.error = ending.error
+        elif ending.timed_out:
+            outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
+        elif ending.violation:
+            outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
+        elif final is None:
+            outcome.error = self._death_message(ending.status, ending.cpu_seconds, self.settings.cpu_seconds)
+        elif final.get("t") == protocol.DONE:
+            sent = final.get("result")
+            text = sent if isinstance(sent, str) else "null"
+            if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
+                outcome.error = (f"result is not JSON-serializable: the result is too large: {len(text)} bytes "
+                                 f"(the limit is {self.settings.max_result_bytes})")
+            else:
+                try:
+                    outcome.result = json.loads(text)
+                    outcome.result_json = text
+                except (ValueError, RecursionError):
+                    outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
+        else:
+            outcome.error = self._error_message(final)
+        if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
+            outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
+        return outcome
+
+    @staticmethod
+    def _error_message(final: dict[str, Any]) -> str:
+        kind, message = final.get("kind"), str(final.get("message", ""))
+        if kind == protocol.MEMORY:
+            return "memory limit exceeded"
+        if kind == protocol.UNSERIALIZABLE:
+            return f"result is not JSON-serializable: {message}"
+        if kind == protocol.TOO_LARGE:
+            return f"result is not JSON-serializable: the result is too large: {message}"
+        if kind == protocol.SANDBOX:
+            return f"runtime error: the sandbox could not be set up: {message}"
+        return f"runtime error: {message}"
+
+    @staticmethod
+    def _death_message(status: int | None, cpu_used: float | None = None, cpu_limit: float | None = None) -> str:
+        if status is not None and status < 0:
+            sig = -status
+            if sig == signal.SIGXCPU:  # RLIMIT_CPU: cpu_seconds of CPU time used up
+                return "CPU time limit exceeded"
+            if (sig == signal.SIGKILL and cpu_used is not None and cpu_limit is not None
+                    and cpu_used >= cpu_limit - 0.05):
+                return "CPU time limit exceeded"  # it ignored SIGXCPU; the hard limit killed it
+            if sig == signal.SIGSEGV:
+                return "memory limit exceeded"
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            return f"runtime error: the script's process was killed by {name}"
+        if status is not None:
+            return f"runtime error: the script's process exited with status {status} before it finished"
+        return "runtime error: the script's process ended before it finished"

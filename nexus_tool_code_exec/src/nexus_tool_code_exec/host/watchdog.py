@@ -1,0 +1,88 @@
+"""The wall-clock limit of a run (runs in the host): a `Watchdog` kills its child's process group
+at the run's deadline, whatever the run's threads are doing at the time (reading, or held up in
+a tool call). One timer thread serves every watchdog."""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+
+from ..launchers.base import Child
+
+
+class _Deadlines:
+    """One timer thread for every watchdog, instead of a thread per script."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Watchdog]] = []
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    #: cancelled entries wait in the heap until they reach its top; past this many, add() drops
+    #: them all (runs far shorter than their timeouts would otherwise pile them up)
+    COMPACT_AT = 256
+
+    def add(self, deadline: float, dog: Watchdog) -> None:
+        with self._cond:
+            self._seq += 1
+            if len(self._heap) >= self.COMPACT_AT:
+                live = [entry for entry in self._heap if not entry[2].cancelled]
+                if len(live) < len(self._heap) // 2:
+                    heapq.heapify(live)
+                    self._heap = live
+            heapq.heappush(self._heap, (deadline, self._seq, dog))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, daemon=True, name="run_code-deadlines")
+                self._thread.start()
+            elif self._heap[0][2] is dog:
+                # only a new earliest deadline changes how long the thread sleeps: waking it for
+                # every run would cost each run a thread wake-up (tens of us on a small VM)
+                self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][2].cancelled:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait(60)
+                    if not self._heap:
+                        self._thread = None
+                        return
+                    continue
+                deadline, _, dog = self._heap[0]
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+            dog.fire()
+
+
+_deadlines = _Deadlines()
+
+
+class Watchdog:
+    """Kills a child at its deadline, whatever the runner is doing at the time."""
+
+    def __init__(self, child: Child, seconds: float) -> None:
+        self.fired = False
+        self.cancelled = False
+        self._child: Child | None = child
+        self._seconds = seconds
+
+    def fire(self) -> None:
+        child = self._child
+        if not self.cancelled and child is not None:
+            self.fired = True
+            child.kill()
+
+    def start(self) -> Watchdog:
+        _deadlines.add(time.monotonic() + self._seconds, self)
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._child = None  # it waits in the heap until its deadline: let the child go now

@@ -1,0 +1,239 @@
+"""The zygote process: imports the runtime once, then forks one child per script (runs in the
+zygote, and in each child until that child becomes a script's: see `_child_after_fork`).
+
+Started by the host (launchers/zygote.py) as `python -I -m nexus_tool_code_exec.zygote`, it talks
+to the host over a Unix socket pair (protocol.py's zygote messages; each child's pipe ends are
+passed to the host with SCM_RIGHTS). It keeps `spare_count` children forked ahead, each with its own
+scratch folder and two pipes, already isolated (sandbox.enter) and waiting for a script; it hands
+a spare's pipe ends to the host as soon as it has forked it, so that a run takes a child without
+asking the zygote anything. The host then speaks the run protocol with the child directly,
+exactly as with a spawned child. The zygote stays single-threaded (forking from a threaded
+process is unsafe, and a user namespace can only be entered by a single-threaded process); it
+reaps its children and reports how each ended.
+
+It forks a spare's replacement once that spare has ended (its run is over: the host kills it, or
+it exits), not while the run goes on: a fork and a sandbox set-up are a few ms of CPU, largely in
+the kernel, and this kernel does not preempt them, so next to a run they delayed the run's
+wake-ups by up to a millisecond on a 2-vCPU VM (measured; with the refill at the start of each
+run, the 100-call benchmark took a fifth longer). With two spares, a run that follows another
+within those few ms still finds one ready. As root the refill runs under SCHED_IDLE, so that it
+only takes CPU time nobody else wants (the zygote is started in the host's session, so in its
+scheduler autogroup, where a policy counts against the host's own threads); the host lifts
+SCHED_IDLE off the spare it gives a script. A run that finds no spare waits for one being forked,
+or, when none is (more runs at the same time than spares), asks for a FORK.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import socket
+import tempfile
+from typing import Any
+
+from .. import protocol
+
+
+def _preimport(allowed: list[str]) -> int | None:
+    """Import what every script needs and work out the sandbox's programs once, so a forked
+    child starts warm. Returns the fd of a network namespace children share (root only)."""
+    import attrs  # noqa: F401
+    import cattrs  # noqa: F401
+
+    from ..child import parallel, runtime  # noqa: F401
+
+    for name in allowed:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    net_fd = None
+    try:
+        from .. import sandbox
+
+        sandbox.prepare()
+        net_fd = sandbox.make_shared_netns()
+    except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
+        pass
+    gc.collect()
+    gc.freeze()  # children then do not touch (and copy) the zygote's objects when they collect
+    return net_fd
+
+
+def _status_of(wait_status: int) -> int:
+    if os.WIFSIGNALED(wait_status):
+        return -os.WTERMSIG(wait_status)
+    return os.WEXITSTATUS(wait_status)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every fd above 2 except `keep`: a child must not hold another child's pipe ends
+    (its EOF would never come) nor the zygote's socket."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+class _Spare:
+    """A child just forked: it isolates itself, then waits on its pipe for a script."""
+
+    def __init__(self, pid: int, scratch: str, host_read: int, host_write: int) -> None:
+        self.pid, self.scratch, self.host_read, self.host_write = pid, scratch, host_read, host_write
+
+
+def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str,
+                spare_count: int) -> None:
+    """Serve the host on `ctrl_fd` until it goes away; then kill every child and exit."""
+    ctrl = socket.socket(fileno=ctrl_fd)
+    net_fd = _preimport(allowed)
+    from ..child import runtime
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: set[int] = set()
+    preloaded: dict[str, Any] = {}
+
+    def send(msg: Any, fds: list[int] | None = None) -> None:
+        protocol.send_with_fds(ctrl, msg, fds)
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            send({"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
+                  "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
+
+    def fork_child() -> _Spare:
+        """A new child with its own scratch folder and pipes; it isolates itself at once and
+        then waits for its script. The zygote keeps only the host's ends of the pipes."""
+        scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
+            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
+                              preloaded)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        children.add(pid)
+        return _Spare(pid, scratch, from_child_r, to_child_w)
+
+    key = ""  # of the bindings preloaded (spares forked since have them compiled)
+    spares: list[int] = []  # the pids of the spares forked (held by the host, or running), newest last
+    # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be able
+    # to lift it off the spare it gives a script), so that this work only gets CPU time nobody
+    # else wants; the zygote itself stays at the host's priority for everything else (a kill
+    # the watchdog asks for must not wait for an idle CPU).
+    idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
+
+    def push_spare() -> None:
+        """Fork the next spare and hand its pipe ends to the host, which keeps them until a
+        script needs a child (the zygote keeps nothing of it but its pid)."""
+        if idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            try:
+                child = fork_child()  # the child keeps SCHED_IDLE while it sets itself up
+            finally:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        else:
+            child = fork_child()
+        spares.append(child.pid)
+        del spares[:-spare_count]  # older ones (of older bindings) the host drops
+        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
+             [child.host_read, child.host_write])
+        os.close(child.host_read)
+        os.close(child.host_write)
+
+    send({"t": protocol.READY, "pid": os.getpid()})
+    for _ in range(spare_count):
+        push_spare()
+    lines = protocol.LineReader(1 << 30)  # the host is trusted
+    while True:
+        readable, _, _ = select.select([ctrl, wake_r], [], [])  # type: ignore[type-var]
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            reap()
+            for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
+                spares.remove(pid)
+                push_spare()
+        if ctrl not in readable:
+            continue
+        try:
+            data = ctrl.recv(1 << 16)
+        except InterruptedError:
+            continue
+        if not data:
+            break  # the host went away: stop, and take the children with us
+        lines.feed(data)
+        while (msg := lines.next()) is not None:
+            kind = msg.get("t")
+            if kind == protocol.FORK:  # the host has no spare at hand (concurrent runs)
+                child = fork_child()
+                send({"t": protocol.FORKED, "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
+                     [child.host_read, child.host_write])
+                os.close(child.host_read)
+                os.close(child.host_write)
+            elif kind == protocol.PRELOAD:
+                try:
+                    preloaded.clear()
+                    preloaded[msg["key"]] = tools = runtime.compile_bindings(msg["bindings"])
+                    runtime.warm_bindings(tools)
+                    key = str(msg["key"])
+                    gc.collect()
+                    gc.freeze()
+                except Exception:  # a child will compile it itself and report the error
+                    preloaded.clear()
+                    key = ""
+                for _ in range(spare_count):  # spares with these bindings; the host drops older ones
+                    push_spare()
+            elif kind == protocol.KILL:
+                pid = int(msg["pid"])
+                if pid in children:  # only our own, not yet reaped: no pid-reuse race
+                    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                        try:
+                            target()
+                        except (ProcessLookupError, PermissionError):
+                            pass
+                if pid in spares:  # its run is over: the next spare now
+                    spares.remove(pid)
+                    push_spare()
+    for pid in list(children):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    os._exit(0)
+
+
+def _child_after_fork(rfd: int, wfd: int, policy: protocol.ChildPolicy, preloaded: dict[str, Any]) -> None:
+    """In the forked child: isolate, wait for the script, run it, exit."""
+    from ..child import runtime
+
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        runtime.isolate(policy, rfd, wfd)
+        runtime.PRELOADED_BINDINGS.update(preloaded)
+        runtime.serve(rfd, wfd)
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
