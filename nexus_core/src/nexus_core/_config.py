@@ -27,6 +27,8 @@ CORE_SCHEMA: dict[str, Any] = {
         "workspace": {"type": "string", "default": "."},
         "session_dir": {"type": "string", "default": ".nexus/sessions"},
         "skills": {"type": "array", "items": {"type": "string"}, "default": ["./skills"]},
+        # the model an agent uses, as provider:model (`nexus chat --model` wins over it)
+        "model": {"type": ["string", "null"], "default": None},
         "plugins": {
             "type": "object",
             "properties": {
@@ -101,6 +103,8 @@ class NexusConfig:
     blocked: list[str]
     plugin_sections: dict[str, dict[str, Any]]
     source: str | None = None
+    #: the model agents use, "provider:model" (checked to have both parts), or None
+    model: str | None = None
     _lines: dict[tuple[str, ...], int] = attrs.field(factory=dict, repr=False)
 
     def where(self, path: tuple[str, ...]) -> str:
@@ -246,6 +250,14 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         )
 
     data = apply_defaults(CORE_SCHEMA, data)
+    if data["model"] is not None:
+        from ._llm import split_model
+
+        try:
+            split_model(data["model"])
+        except ValueError as exc:
+            where = f"{origin}:{_nearest(lines, ('model',))}: " if origin else ""
+            raise ConfigError([f"{where}model: {exc}"], origin) from None
     plugins = data["plugins"]
     sections = {k: (v or {}) for k, v in plugins.items() if k not in RESERVED_PLUGIN_KEYS}
     return NexusConfig(
@@ -256,6 +268,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         blocked=list(plugins.get("blocked", [])),
         plugin_sections=sections,
         source=origin,
+        model=data["model"],
         lines=lines,
     )
 
