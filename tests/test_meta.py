@@ -33,6 +33,9 @@ PACKAGES = {
     "nexus_tool_shell": ("nexus_tool_shell", {"nexus.tool.shell"}),
     "nexus_tool_file": ("nexus_tool_file", {"nexus.tool.file"}),
     "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
+    "nexus_agent": ("nexus_agent", {"nexus.agent"}),
+    "nexus_provider_openai": ("nexus_provider_openai", {"nexus.provider.openai"}),
+    "nexus_provider_anthropic": ("nexus_provider_anthropic", {"nexus.provider.anthropic"}),
     "examples/nexus-rt-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-rt-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }
@@ -116,7 +119,7 @@ def test_every_distribution_carries_the_prefix() -> None:
 
 
 def test_packages_type_check() -> None:
-    """mypy, with the settings in the root pyproject.toml, finds nothing in the four packages."""
+    """mypy, with the settings in the root pyproject.toml, finds nothing in the packages."""
     if importlib.util.find_spec("mypy") is None:
         pytest.fail(f"mypy is not installed in {sys.executable}: run scripts/setup (the dev extra installs "
                     "mypy and the stubs it needs)")
