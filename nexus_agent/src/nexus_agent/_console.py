@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from nexus_core import Answer, Question, ToolCall, ToolResult
 
-from ._events import AgentEvent, AgentResult, TextDelta, ToolCallFinished
+from ._events import AgentEvent, AgentResult, ModelResponded, TextDelta, ToolCallFinished
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -94,6 +94,8 @@ class Display:
         if isinstance(event, TextDelta):
             if self.show_text:
                 self.write(self.out, event.text)
+        elif isinstance(event, ModelResponded):
+            self.end_text()  # the text of the next response starts on a line of its own
         elif isinstance(event, ToolCallFinished):
             self.tool_line(event.call, event.result)
 
