@@ -1,15 +1,17 @@
 """Shared fixtures: building wheels of this repo's packages and fresh virtual environments, for
-tests that prove a package installs and works on its own (as a user would pip install it)."""
+tests that prove a package installs and works on its own (as a user would pip install it); and a
+fake of the LLM providers' APIs for tests that drive their SDKs (`fake_providers`)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fakes.providers import FakeProviders
 
 # pytester (tests/core/test_testing_plugin.py tests the nexus_core.testing plugin with it). pytest
 # accepts `pytest_plugins` only in a conftest it loads before collecting, which
@@ -88,3 +90,13 @@ def fresh_venv(tmp_path: Path, wheelhouse: Callable[[str | Path], Path]) -> Call
         return venv
 
     return make
+
+
+@pytest.fixture
+def fake_providers() -> Iterator[FakeProviders]:
+    """A started fake LLM provider (tests/fakes/providers.py: OpenAI Chat Completions and
+    Responses, Anthropic Messages, Gemini generateContent on one loopback port), closed after
+    the test. Script replies with `fake_providers.script(endpoint, ...)`; read what the clients
+    sent in `fake_providers.requests`."""
+    with FakeProviders() as fake:
+        yield fake

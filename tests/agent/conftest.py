@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ GATE_ENV = "NEXUS_TEST_ASK_TOOLS"
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeProviders]:
-    with FakeProviders() as server:
-        yield server
+def fake(fake_providers: FakeProviders) -> FakeProviders:
+    """The shared fake provider server (tests/conftest.py's `fake_providers`), by a short name."""
+    return fake_providers
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fakes.providers import Call, FakeProviders, Raw, anthropic_message, chat_completion
 
+from nexus_agent import AgentEvent, AgentResult, TextDelta, ToolCallFinished, read_transcript
 from nexus_core import (
     Ask,
     ModelRequest,
@@ -25,7 +26,6 @@ from nexus_core import (
     hookimpl,
     native_tool,
 )
-from nexus_agent import AgentEvent, AgentResult, TextDelta, ToolCallFinished, read_transcript
 
 from .conftest import ANTHROPIC_KEY, API_KEY, Workspace
 

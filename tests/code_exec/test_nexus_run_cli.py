@@ -102,3 +102,34 @@ def test_nexus_doctor_exits_1_when_a_required_layer_is_missing(project: Path) ->
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout
     assert "error: required layer seccomp" in proc.stdout
+
+
+def test_nexus_run_timeout_overrides_the_configs(project: Path) -> None:
+    (project / "slow.py").write_text("import time\ndef run(ctx):\n    time.sleep(30)\n", encoding="utf-8")
+    proc = _nexus(project, "run", "slow.py", "--timeout", "0.5")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "error: script timed out after 0.5s" in err  # the config says 10
+    proc = _nexus(project, "run", "slow.py", "--timeout", "0")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "--timeout" in err
+
+
+def test_nexus_run_into_a_closed_pipe_ends_quietly(project: Path) -> None:
+    (project / "chatty.py").write_text("def run(ctx):\n    for i in range(20000):\n        print(i)\n"
+                                       "    return 'done'\n", encoding="utf-8")
+    proc = _nexus(project, "run", "chatty.py")
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err and "error" not in err, err
+
+
+def test_nexus_plugins_shows_run_code_as_one_plugin(project: Path) -> None:
+    proc = _nexus(project, "plugins")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "nexus.tool.code_exec  [active]  nexus-rt-tool-code-exec" in out
+    assert "    tools: run_code\n" in out
+    assert ".engine" not in out and "(registered by the host)" not in out

@@ -205,3 +205,15 @@ def test_every_command_help_shows_an_example_and_the_top_help_says_where_the_doc
     for command in ("tools", "call", "plugins", "schemas", "skills", "doctor"):
         text = nexus(command, "--help").stdout
         assert "Example" in text and f"nexus {command}" in text, (command, text)
+
+
+def test_schemas_strict_for_openai_and_a_clear_refusal_for_other_formats(nexus: RunNexus) -> None:
+    import json
+
+    proc = nexus("schemas", "--format", "openai-responses", "--strict")
+    assert proc.returncode == 0, proc.stderr
+    (echo,) = [t for t in json.loads(proc.stdout) if t["name"] == "echo"]
+    assert echo["strict"] is True and echo["parameters"]["additionalProperties"] is False
+    assert sorted(echo["parameters"]["required"]) == ["text", "times"]  # optional ones become nullable
+    other = nexus("schemas", "--format", "gemini", "--strict")
+    assert other.returncode == 2 and "no 'strict' option" in other.stderr

@@ -125,6 +125,22 @@ def test_unknown_tool_is_an_error_result_that_observers_and_result_gates_see(nx:
     assert [r for _, r in recorder.results] == [result] and recorder.result_gate_saw == [result]
 
 
+def test_an_unknown_tool_close_to_a_real_one_says_did_you_mean(nx: Nexus) -> None:
+    assert nx.invoke("ehco").error == "unknown tool: 'ehco' (did you mean 'echo'?)"
+    assert nx.invoke("x" * 10_000).error == f"unknown tool: {'x' * 10_000!r}"  # no fuzzy search of junk
+
+
+def test_a_refused_call_takes_the_result_gates_and_observers_like_any_other(nx: Nexus, recorder: Recorder) -> None:
+    call = ToolCall(name="echo", arguments={"x": 1}, parent_call_id="call_script")
+    result = nx.refuse(call, "tool call limit reached", "failure")
+    assert (result.id, result.name, result.error, result.error_kind) == (
+        call.id, "echo", "tool call limit reached", "failure")
+    assert recorder.invoked == []  # never ran
+    assert recorder.result_gate_saw == [result] and recorder.results == [(call, result)]
+    nx.register(ResultGate(lambda c, r: Veto("audited refusals are withheld")))
+    assert nx.refuse(call, "again").error == "vetoed: audited refusals are withheld"
+
+
 @pytest.mark.parametrize("exc", [ValueError("bad input"), KeyError("k"), SystemExit(3)])
 def test_a_handler_exception_becomes_an_error_result(nx: Nexus, exc: BaseException, recorder: Recorder) -> None:
     def boom(arguments: dict[str, Any]) -> None:

@@ -83,9 +83,8 @@ def test_a_provider_answers_streams_and_observers_see_the_usage() -> None:
 
 
 def test_an_unknown_provider_names_the_ones_there_are() -> None:
-    with Nexus(autoload=False, plugins=[EchoModel()]) as nx:
-        with pytest.raises(ModelError) as info:
-            nx.complete(request(provider="ecko"))
+    with Nexus(autoload=False, plugins=[EchoModel()]) as nx, pytest.raises(ModelError) as info:
+        nx.complete(request(provider="ecko"))
     assert info.value.kind == "unknown_provider"
     assert str(info.value) == "no model provider 'ecko' (did you mean 'echo'?): the providers here are 'echo'"
     with Nexus(autoload=False) as nx, pytest.raises(ModelError, match="pip install nexus-rt-provider-openai"):
@@ -167,9 +166,8 @@ def test_a_provider_that_raises_is_a_failed_request() -> None:
             raise ConnectionError("connection refused")
 
     observer = Observer()
-    with Nexus(autoload=False, plugins=[Broken(), observer]) as nx:
-        with pytest.raises(ModelError) as info:
-            nx.complete(request())
+    with Nexus(autoload=False, plugins=[Broken(), observer]) as nx, pytest.raises(ModelError) as info:
+        nx.complete(request())
     assert info.value.kind == "failed"
     assert str(info.value) == "provider 'echo' failed: ConnectionError: connection refused"
     assert observer.seen == []

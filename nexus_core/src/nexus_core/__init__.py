@@ -17,6 +17,11 @@ __version__ = "0.1.0"
 #: public name -> the private module that defines it
 _LAZY: dict[str, str] = {
     "ConfigError": "._config",
+    "AudioContent": "._content",
+    "Content": "._content",
+    "ImageContent": "._content",
+    "ResourceContent": "._content",
+    "TextContent": "._content",
     "WireError": "._converter",
     "converter": "._converter",
     "from_json": "._converter",
@@ -52,6 +57,7 @@ _LAZY: dict[str, str] = {
     "failure": "._results",
     "normalize_result": "._results",
     "success": "._results",
+    "format_tool_call": ".adapters",
     "format_tool_result": ".adapters",
     "parse_tool_call": ".adapters",
     "parse_tool_calls": ".adapters",
@@ -82,6 +88,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
     from ._config import ConfigError
+    from ._content import AudioContent, Content, ImageContent, ResourceContent, TextContent
     from ._converter import WireError, converter, from_json, to_json
     from ._llm import (
         Message,
@@ -112,7 +119,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from ._nexus import Nexus
     from ._registry import ToolRegistrationError
     from ._results import failure, normalize_result, success
-    from .adapters import format_tool_result, parse_tool_call, parse_tool_calls
+    from .adapters import format_tool_call, format_tool_result, parse_tool_call, parse_tool_calls
     from .skills import (
         SkillProblem,
         UnknownSkillError,
@@ -128,11 +135,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
 __all__ = [
     "Answer",
     "Ask",
+    "AudioContent",
     "CallContext",
     "CodeExecChunk",
     "CodeExecRequest",
     "CodeExecResult",
     "ConfigError",
+    "Content",
+    "ImageContent",
     "Message",
     "ModelCall",
     "ModelError",
@@ -141,9 +151,11 @@ __all__ = [
     "ModelResponse",
     "Nexus",
     "Question",
+    "ResourceContent",
     "Rewrite",
     "SkillContent",
     "SkillProblem",
+    "TextContent",
     "ToolCall",
     "ToolDef",
     "ToolRegistrationError",
@@ -158,6 +170,7 @@ __all__ = [
     "deactivate_skill",
     "execute",
     "failure",
+    "format_tool_call",
     "format_tool_result",
     "from_json",
     "hookimpl",

@@ -19,6 +19,7 @@ from cattrs.cols import homogenous_tuple_structure_factory, list_structure_facto
 from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from ._content import CONTENT_TAGS, CONTENT_TYPES, Content
 from ._models import ToolCall, ToolDef, ToolResult
 from ._schema import json_type_name, short_repr
 
@@ -116,6 +117,34 @@ def _structure_mapping_check(value: Any, _: type) -> dict[str, Any]:
 # A JSON object of anything: the arguments of a call, metadata. Keys are strings in JSON.
 converter.register_structure_hook_func(lambda tp: tp == dict[str, Any], _structure_mapping_check)
 
+# A result's content blocks, written as MCP writes them: {"type": "image", ...}, and read back
+# strictly (an unknown type or key is an error naming it).
+_BLOCKS_BY_TAG = {tag: cls for cls, tag in CONTENT_TAGS.items()}
+_structure_block: dict[type, Callable[[Any, Any], Any]] = {
+    cls: make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True) for cls in CONTENT_TYPES}
+_unstructure_block: dict[type, Callable[[Any], dict[str, Any]]] = {
+    cls: make_dict_unstructure_fn(cls, converter) for cls in CONTENT_TYPES}
+
+
+def _structure_content(data: Any, _: Any) -> Content:
+    if not isinstance(data, Mapping):
+        raise _wrong("object", data)
+    cls = _BLOCKS_BY_TAG.get(data.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise _WrongType(f"expected a content block with 'type' one of {', '.join(map(repr, _BLOCKS_BY_TAG))}, "
+                         f"got {short_repr(data.get('type'))}")
+    block: Content = _structure_block[cls]({k: v for k, v in data.items() if k != "type"}, cls)
+    return block
+
+
+def _unstructure_content(block: Content) -> dict[str, Any]:
+    return {"type": CONTENT_TAGS[type(block)], **_unstructure_block[type(block)](block)}
+
+
+converter.register_structure_hook_func(lambda tp: tp == Content, _structure_content)
+for _cls in CONTENT_TYPES:
+    converter.register_unstructure_hook(_cls, _unstructure_content)
+
 converter.register_unstructure_hook(
     ToolDef,
     make_dict_unstructure_fn(ToolDef, converter, handler=override(omit=True)),
@@ -161,6 +190,8 @@ def _describe(exc: BaseException, tp: type | None) -> str:
         return "required, but missing"
     if isinstance(exc, AttributeError) and str(exc).endswith("has no attribute 'items'"):
         return "expected object"
+    if type(exc) is ValueError:  # a model's own validator (bad base64, say): its message says it
+        return str(exc)
     return cattrs.v.format_exception(exc, tp)
 
 

@@ -32,7 +32,18 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._llm import ModelError, ModelRequest
-from ._models import Answer, Ask, CallContext, ErrorKind, Question, Rewrite, ToolCall, ToolDef, ToolResult, Veto
+from ._models import (
+    Answer,
+    Ask,
+    CallContext,
+    ErrorKind,
+    Question,
+    Rewrite,
+    ToolCall,
+    ToolDef,
+    ToolResult,
+    Veto,
+)
 from ._plugins import GateOutcome, NexusPluginManager, describe_exception, record_gate_outcomes
 from ._registry import ToolRegistry
 from ._results import error_result, normalize_result
@@ -93,7 +104,7 @@ def _check_arguments(validator: Any, arguments: Any) -> str:
         return "; ".join(text for _, text in explain(errors, prefix="")) if errors else ""
     except RecursionError:
         return "they are nested too deeply to check against the tool's input schema"
-    except Exception as exc:  # noqa: BLE001 - a validator bug must not take invoke down with it
+    except Exception as exc:
         log.exception("checking arguments against an input schema failed")
         return f"they could not be checked against the tool's input schema ({type(exc).__name__}: {exc})"
 

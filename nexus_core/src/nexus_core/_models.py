@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import attrs
 
+from ._content import CONTENT_TYPES, Content
+
 JSONObject = dict[str, Any]
 
 #: Why a result is an error. `None` on success.
@@ -96,6 +98,8 @@ class ToolCall:
     arguments: JSONObject = attrs.field(factory=dict)
     id: str = attrs.field(factory=new_call_id)
     parent_call_id: str | None = None
+    #: free-form data about the call; a call parsed from a provider's reply (nexus_core.adapters)
+    #: has "provider", "provider_call_id" and, when the next request needs it, "provider_data"
     metadata: JSONObject = attrs.field(factory=dict)
 
 
@@ -112,6 +116,11 @@ class ToolResult:
     output_structured: Any = None
     error_kind: ErrorKind | None = None
     metadata: JSONObject = attrs.field(factory=dict)
+    #: the result as content blocks, for providers that take more than text (images, documents);
+    #: empty means one text block holding `output`. When set, `output` is their text form.
+    content: tuple[Content, ...] = attrs.field(
+        default=(), converter=tuple,
+        validator=attrs.validators.deep_iterable(attrs.validators.instance_of(CONTENT_TYPES)))
 
     @property
     def is_error(self) -> bool:

@@ -403,11 +403,13 @@ class Nexus:
         """The registered model providers: name -> the plugin that registered it."""
         return self._providers.names()
 
-    def schemas(self, format: str = "openai") -> Any:
-        """The tools in an LLM provider's format: "openai", "anthropic", "gemini" or "mcp"."""
+    def schemas(self, format: str = "openai", **options: Any) -> Any:
+        """The tools in an LLM provider's format: "openai", "openai-responses", "anthropic",
+        "gemini" or "mcp"; `options` as `nexus_core.adapters.to_provider_schemas` takes them
+        (`strict=True`, `allowed_callers=...`, `json_schema=...`)."""
         from .adapters import to_provider_schemas
 
-        return to_provider_schemas(self.tools(), format)
+        return to_provider_schemas(self.tools(), format, **options)
 
     # -- plugin data and lifecycle ----------------------------------------------------------
 

@@ -3,6 +3,8 @@
 The rules (the same for every tool, native or from a plugin):
 - a string is the output; None is empty output (a tool that only has an effect);
 - a `ToolResult` (from `success` / `failure`) passes through, re-addressed to the call;
+- a content block (`ImageContent`, ...), or a list or tuple of them, becomes `content`, with
+  its text form (`[image: image/png, 2.1 kB]` for an image) in `output`;
 - an attrs instance, dataclass instance, dict, list or tuple becomes JSON text in `output` and
   the same value, as plain JSON data, in `output_structured`;
 - bytes are decoded as UTF-8; anything else is `str()`-ed.
@@ -16,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from ._content import content_text, is_content
 from ._models import ErrorKind, ToolCall, ToolResult
 
 #: the call `success` / `failure` build their values for; the invocation path re-addresses them
@@ -74,6 +77,10 @@ def normalize_result(value: Any, call: ToolCall) -> ToolResult:
         return ToolResult(id=call.id, name=call.name, output="")
     if isinstance(value, str):
         return ToolResult(id=call.id, name=call.name, output=value)
+    if is_content(value):
+        value = (value,)
+    if isinstance(value, (list, tuple)) and value and all(is_content(v) for v in value):
+        return ToolResult(id=call.id, name=call.name, output=content_text(value), content=tuple(value))
     if isinstance(value, (bytes, bytearray)):
         return ToolResult(id=call.id, name=call.name, output=bytes(value).decode("utf-8", "replace"))
     if _is_structured(value):

@@ -358,17 +358,27 @@ def cmd_plugins(nx: Nexus, as_json: bool, verbose: bool) -> int:
 @cli.command("schemas", epilog="""\b
 Examples:
   nexus schemas                      OpenAI Chat Completions tools
-  nexus schemas --format anthropic   Anthropic Messages tools""")
+  nexus schemas --format anthropic   Anthropic Messages tools
+  nexus schemas --format openai-responses --strict""")
 @click.option("--format", "fmt", default="openai", show_default=True, metavar="FORMAT",
-              help="openai, anthropic, gemini, mcp, or another format the adapters name.")
+              help="openai, openai-responses, anthropic, gemini or mcp.")
+@click.option("--strict", is_flag=True, help="OpenAI strict mode (openai and openai-responses only).")
 @pass_nexus
-def cmd_schemas(nx: Nexus, fmt: str) -> int:
+def cmd_schemas(nx: Nexus, fmt: str, strict: bool) -> int:
     """Print the tool schemas in an LLM provider's format."""
-    from .adapters import FORMATS
+    from .adapters import FORMATS, StrictSchemaError
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    click.echo(json.dumps(nx.schemas(fmt), indent=2, ensure_ascii=False))
+    options = {"strict": True} if strict else {}
+    try:
+        schemas = nx.schemas(fmt, **options)
+    except StrictSchemaError as exc:
+        click.echo(f"nexus: {exc}", err=True)
+        return EXIT_FAILED
+    except (TypeError, ValueError) as exc:  # an option this format does not have
+        raise UsageError(str(exc)) from None
+    click.echo(json.dumps(schemas, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 

@@ -8,9 +8,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import anthropic
+from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_call, to_provider_schemas
 
 from nexus_core import ModelError, ModelResponse, ToolCall, Usage
-from nexus_core.adapters import format_tool_result, parse_tool_call, to_provider_schemas
 
 if TYPE_CHECKING:
     from nexus_core import Message, ModelCall, ModelRequest
@@ -38,11 +38,6 @@ def make_client(config: dict[str, Any]) -> tuple[anthropic.Anthropic, str]:
     return anthropic.Anthropic(**kwargs), key
 
 
-def _call_block(call: ToolCall) -> dict[str, Any]:
-    provider_id = call.metadata.get("provider_call_id") or call.id
-    return {"type": "tool_use", "id": provider_id, "name": call.name, "input": call.arguments}
-
-
 def messages(request: ModelRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in request.messages:
@@ -59,7 +54,7 @@ def _message(message: Message) -> dict[str, Any] | None:
         blocks: list[dict[str, Any]] = []
         if message.text:  # the API refuses an empty text block
             blocks.append({"type": "text", "text": message.text})
-        blocks.extend(_call_block(c) for c in message.tool_calls)
+        blocks.extend(format_tool_call(c, FORMAT) for c in message.tool_calls)
         return {"role": "assistant", "content": blocks} if blocks else None
     return {"role": "user", "content": [format_tool_result(r, FORMAT) for r in message.tool_results]}
 
@@ -67,12 +62,12 @@ def _message(message: Message) -> dict[str, Any] | None:
 def parse_calls(content: list[Any]) -> tuple[ToolCall, ...]:
     calls = []
     for block in content:
-        data = block.model_dump() if hasattr(block, "model_dump") else dict(block)
-        if data.get("type") != "tool_use":
+        if getattr(block, "type", None) != "tool_use":
             continue
         try:
-            calls.append(parse_tool_call(data, FORMAT))
+            calls.append(parse_tool_call(block, FORMAT))  # the SDK's object, read by the adapters
         except ValueError as exc:
+            data = block.model_dump()
             call_id = str(data.get("id") or "")
             calls.append(ToolCall(name=str(data.get("name") or "unknown"), arguments={},
                                   id=call_id or ToolCall(name="").id,

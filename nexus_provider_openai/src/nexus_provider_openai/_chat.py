@@ -4,14 +4,13 @@ not) as a `ModelResponse`. Tool declarations, tool calls and tool results go thr
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
 import openai
+from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_call, to_provider_schemas
 
 from nexus_core import ModelError, ModelResponse, ToolCall, Usage
-from nexus_core.adapters import format_tool_result, parse_tool_call, to_provider_schemas
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
@@ -42,11 +41,13 @@ def make_client(config: dict[str, Any]) -> tuple[openai.OpenAI, str | None]:
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
-    """A call the model made, as it goes back in the assistant message that made it."""
-    provider_id = call.metadata.get("provider_call_id") or call.id
+    """A call the model made, as it goes back in the assistant message that made it; one whose
+    arguments could not be read goes back as the model wrote it."""
+    block = format_tool_call(call, FORMAT)
     raw = call.metadata.get("raw_arguments")
-    arguments = raw if isinstance(raw, str) else json.dumps(call.arguments, ensure_ascii=False)
-    return {"id": provider_id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+    if isinstance(raw, str):
+        block["function"]["arguments"] = raw
+    return block
 
 
 def messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -75,10 +76,10 @@ def parse_calls(tool_calls: list[Any] | None) -> tuple[ToolCall, ...]:
     model with the error instead of losing the call."""
     calls = []
     for entry in tool_calls or []:
-        data = entry.model_dump() if hasattr(entry, "model_dump") else dict(entry)
         try:
-            calls.append(parse_tool_call(data, FORMAT))
+            calls.append(parse_tool_call(entry, FORMAT))  # the SDK's object, read by the adapters
         except ValueError as exc:
+            data = entry.model_dump() if hasattr(entry, "model_dump") else dict(entry)
             function = data.get("function") or {}
             call_id = str(data.get("id") or "")
             calls.append(ToolCall(
