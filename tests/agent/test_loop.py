@@ -447,3 +447,23 @@ def test_the_loop_is_a_plugin_that_can_be_left_out(workspace: Workspace) -> None
 
 def test_workspace_path_fixture_is_outside_sessions(workspace: Workspace) -> None:
     assert not Path(workspace.sessions).is_relative_to(workspace.root)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_model_is_offered_the_tools_it_calls_directly(provider: str, fake: FakeProviders,
+                                                         workspace: Workspace) -> None:
+    """A tool of exposure "code" is met only inside run_code; allowed_callers from the config
+    reach Claude's declarations, as nx.schemas() sends them."""
+    fake.script(ENDPOINT[provider], reply(provider, "Nothing to do."))
+    config = workspace.config()
+    config["tools"] = {"grep": {"exposure": "code"}, "read": {"allowed_callers": ["direct", "code_execution_20250825"]}}
+    with Nexus.from_config(config) as nx:
+        run(nx, "hi", provider)
+        direct = {t.name for t in nx.model_tools()}
+    body = fake.last(ENDPOINT[provider]).body
+    offered = {t["function"]["name"] if provider == "openai" else t["name"]: t for t in body["tools"]}
+    assert set(offered) == direct and "grep" not in offered and "run_code" in offered
+    assert "def grep(" in (offered["run_code"]["function"]["description"] if provider == "openai"
+                           else offered["run_code"]["description"])
+    if provider == "anthropic":
+        assert offered["read"]["allowed_callers"] == ["direct", "code_execution_20250825"]

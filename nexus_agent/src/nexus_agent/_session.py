@@ -210,7 +210,7 @@ class Session:
             turns += 1
             request = ModelRequest(
                 provider=self.provider, model=self.model_name, messages=tuple(self.history), system=system,
-                tools=tuple(self.nexus.tools()), max_output_tokens=self.settings.max_output_tokens,
+                tools=tuple(self.nexus.model_tools()), max_output_tokens=self.settings.max_output_tokens,
                 metadata={"session": self.id, "turn": turns},
             )
             self.transcript.write("request", turn=turns, id=request.id, provider=request.provider,

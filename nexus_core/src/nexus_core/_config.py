@@ -39,6 +39,20 @@ CORE_SCHEMA: dict[str, Any] = {
             "additionalProperties": {"type": ["object", "null"]},
             "default": {},
         },
+        # per tool, by name: where a model meets it, and who may call it in a provider's own
+        # code execution (see ToolDef.exposure and docs/configuration.md)
+        "tools": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "exposure": {"enum": ["both", "direct", "code"]},
+                    "allowed_callers": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                },
+            },
+            "default": {},
+        },
     },
 }
 
@@ -103,6 +117,8 @@ class NexusConfig:
     blocked: list[str]
     plugin_sections: dict[str, dict[str, Any]]
     source: str | None = None
+    #: tool name -> {"exposure": ..., "allowed_callers": [...]}, as the config's `tools:` says
+    tool_settings: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     #: the model agents use, "provider:model" (checked to have both parts), or None
     model: str | None = None
     _lines: dict[tuple[str, ...], int] = attrs.field(factory=dict, repr=False)
@@ -268,6 +284,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         blocked=list(plugins.get("blocked", [])),
         plugin_sections=sections,
         source=origin,
+        tool_settings={name: dict(settings or {}) for name, settings in data["tools"].items()},
         model=data["model"],
         lines=lines,
     )

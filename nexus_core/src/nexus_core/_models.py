@@ -19,6 +19,10 @@ from ._content import CONTENT_TYPES, Content
 
 JSONObject = dict[str, Any]
 
+#: Where a model meets a tool (see `ToolDef.exposure`).
+Exposure = Literal["both", "direct", "code"]
+EXPOSURES: tuple[str, ...] = ("both", "direct", "code")
+
 #: Why a result is an error. `None` on success.
 ErrorKind = Literal[
     "unknown_tool",  # no tool of that name is registered
@@ -75,6 +79,10 @@ class ToolDef:
 
     The handler is called as `handler(arguments)`, or `handler(arguments, ctx)` when
     `takes_context` is true. `plugin` is filled in by the registry: which plugin gave the tool.
+    `exposure` says where a model meets the tool: "both" (a tool of its own, and a binding in
+    run_code scripts), "direct" (only as a tool of its own) or "code" (only inside run_code
+    scripts, or a provider's own code execution where `allowed_callers` says so); the config's
+    `tools.<name>.exposure` overrides it.
     """
 
     name: str
@@ -85,6 +93,7 @@ class ToolDef:
     takes_context: bool = False
     plugin: str | None = None
     annotations: JSONObject = attrs.field(factory=dict)
+    exposure: Exposure = attrs.field(default="both", validator=attrs.validators.in_(EXPOSURES))
 
     def with_plugin(self, plugin: str | None) -> ToolDef:
         return attrs.evolve(self, plugin=plugin)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import attrs
 
-from ._models import CallContext, ToolDef, ToolResult
+from ._models import CallContext, Exposure, ToolDef, ToolResult
 
 if TYPE_CHECKING:
     from ._nexus import Nexus
@@ -73,13 +73,14 @@ def native_tool(
     ctx: bool = False,
     *,
     output_schema: dict[str, Any] | None = None,
+    exposure: Exposure = "both",
 ) -> ToolDef:
     """A tool from a name, a description, a JSON Schema and a function.
 
     `run(arguments)` is called with the arguments dict, or `run(arguments, ctx)` with a
     `CallContext` when `ctx` is true. Whatever it returns becomes the result (see
     `normalize_result`); a raise becomes an error result. `description` defaults to "" and
-    `input_schema` to `{"type": "object"}`.
+    `input_schema` to `{"type": "object"}`. `exposure`: see `ToolDef.exposure`.
     """
     if run is None:
         raise TypeError(f"native_tool({name!r}) needs run=, the function that does the work")
@@ -93,6 +94,7 @@ def native_tool(
         description=description or "",
         input_schema=input_schema if input_schema is not None else {"type": "object"},
         output_schema=output_schema,
+        exposure=exposure,
         takes_context=bool(ctx),
     )
 
@@ -447,6 +449,7 @@ def tool(
     description: str | None = None,
     output_schema: dict[str, Any] | None = None,
     ctx: bool | None = None,
+    exposure: Exposure = "both",
 ) -> Any:
     """Describe a plain function as a tool, its input schema inferred from its type hints and
     its description and parameter texts from its docstring. The function stays callable as
@@ -460,7 +463,7 @@ def tool(
     A parameter annotated `CallContext`, or named `ctx`, receives the call context instead of
     an argument (`ctx=True` insists on one; `ctx=False` makes a `ctx` parameter an ordinary
     argument). A return annotation that is an attrs class becomes the output schema unless
-    `output_schema=` is given.
+    `output_schema=` is given. `exposure`: see `ToolDef.exposure`.
     """
 
     def describe(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -536,6 +539,7 @@ def tool(
             input_schema=input_schema,
             output_schema=out_schema,
             takes_context=ctx_name is not None,
+            exposure=exposure,
         )
         try:
             func.__nexus_tool__ = tooldef  # type: ignore[attr-defined]

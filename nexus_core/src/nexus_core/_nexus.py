@@ -75,7 +75,7 @@ class Nexus:
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
         self._pm = new_plugin_manager()
-        self._registry = ToolRegistry(on_register=self._announce)
+        self._registry = ToolRegistry(on_register=self._announce, prepare=self._apply_tool_settings)
         self._providers = ProviderRegistry()
         #: who answers when a gate asks or the question tool asks, unless an invoke names its own
         self.approver: Approver | None = approver
@@ -237,6 +237,11 @@ class Nexus:
             return self._registry.add(tooldef, plugin=plugin)
 
         return register
+
+    def _apply_tool_settings(self, tool: ToolDef) -> ToolDef:
+        """The config's `tools.<name>.exposure` over the tool's own."""
+        exposure = self.config.tool_settings.get(tool.name, {}).get("exposure")
+        return attrs.evolve(tool, exposure=exposure) if exposure and exposure != tool.exposure else tool
 
     def _announce(self, tool: ToolDef) -> None:
         try:
@@ -403,13 +408,35 @@ class Nexus:
         """The registered model providers: name -> the plugin that registered it."""
         return self._providers.names()
 
-    def schemas(self, format: str = "openai", **options: Any) -> Any:
-        """The tools in an LLM provider's format: "openai", "openai-responses", "anthropic",
-        "gemini" or "mcp"; `options` as `nexus_core.adapters.to_provider_schemas` takes them
-        (`strict=True`, `allowed_callers=...`, `json_schema=...`)."""
-        from .adapters import to_provider_schemas
+    def schemas(self, format: str = "openai", *, code_only: bool = False, **options: Any) -> Any:
+        """The tools a model calls directly, in an LLM provider's format: "openai",
+        "openai-responses", "anthropic", "gemini" or "mcp"; `options` as
+        `nexus_core.adapters.to_provider_schemas` takes them (`strict=True`,
+        `allowed_callers=...`, `json_schema=...`).
 
-        return to_provider_schemas(self.tools(), format, **options)
+        Tools whose `exposure` is "code" are left out (a model meets them inside run_code), unless
+        the config gives them `allowed_callers` (a provider's own code execution calls them) or
+        `code_only=True` asks for every tool. For the formats that have `allowed_callers`, the
+        config's `tools.<name>.allowed_callers` is sent unless `allowed_callers=` is given."""
+        from .adapters import to_provider_schemas
+        from .adapters._declare import _OPTION_FORMATS as OPTION_FORMATS
+
+        settings = self.config.tool_settings
+        tools = self.model_tools(code_only=code_only)
+        if "allowed_callers" not in options and format in OPTION_FORMATS["allowed_callers"]:
+            configured = {t.name: settings[t.name]["allowed_callers"] for t in tools
+                          if settings.get(t.name, {}).get("allowed_callers")}
+            if configured:
+                options["allowed_callers"] = configured
+        return to_provider_schemas(tools, format, **options)
+
+    def model_tools(self, *, code_only: bool = False) -> list[ToolDef]:
+        """The tools `schemas()` declares, as ToolDefs: those a model calls directly (an agent
+        loop offers these). Tools whose `exposure` is "code" are left out unless the config gives
+        them `allowed_callers`, or `code_only=True` asks for every tool."""
+        settings = self.config.tool_settings
+        return [t for t in self.tools()
+                if code_only or t.exposure != "code" or settings.get(t.name, {}).get("allowed_callers")]
 
     # -- plugin data and lifecycle ----------------------------------------------------------
 

@@ -55,10 +55,13 @@ class _Entry:
 
 
 class ToolRegistry:
-    def __init__(self, on_register: Callable[[ToolDef], None] | None = None) -> None:
+    def __init__(self, on_register: Callable[[ToolDef], None] | None = None,
+                 prepare: Callable[[ToolDef], ToolDef] | None = None) -> None:
         self._write_lock = threading.Lock()
         self._entries: Mapping[str, _Entry] = MappingProxyType({})
         self._on_register = on_register
+        #: applied to every tool as it enters (the config's per-tool settings)
+        self._prepare = prepare
         self.version = 0
 
     def _swap(self, entries: dict[str, _Entry]) -> None:
@@ -86,6 +89,8 @@ class ToolRegistry:
                 f"tool name {tool.name!r} from {_source(tool)} is not valid: use 1-64 of "
                 "a-z A-Z 0-9 _ - (nexus_core.sanitize() makes any string valid)"
             )
+        if self._prepare is not None:
+            tool = self._prepare(tool)
         if not callable(tool.handler):
             raise ToolRegistrationError(
                 f"tool {tool.name!r} from {_source(tool)}: handler {tool.handler!r} is not callable"

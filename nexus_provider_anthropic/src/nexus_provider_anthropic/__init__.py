@@ -86,7 +86,8 @@ class AnthropicProvider:
     def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._messages import complete
 
-        return complete(self.client(), self.config, request, call, secret=self._key)
+        return complete(self.client(), self.config, request, call, secret=self._key,
+                        tool_settings=self.nexus.config.tool_settings)
 
     def __repr__(self) -> str:  # never the client's, which holds the key
         return f"<AnthropicProvider base_url={self.config.get('base_url')!r}>"

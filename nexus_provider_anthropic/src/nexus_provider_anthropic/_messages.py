@@ -114,8 +114,16 @@ def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> Model
     return ModelError(text)
 
 
+def tool_options(request: ModelRequest, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The config's `tools.<name>.allowed_callers` for the tools offered (as `nx.schemas` sends
+    them), so Claude may call those from its own code execution."""
+    callers = {t.name: settings[t.name]["allowed_callers"] for t in request.tools
+               if settings.get(t.name, {}).get("allowed_callers")}
+    return {"allowed_callers": callers} if callers else {}
+
+
 def complete(client: anthropic.Anthropic, config: dict[str, Any], request: ModelRequest, call: ModelCall,
-             secret: str | None = None) -> ModelResponse:
+             secret: str | None = None, tool_settings: dict[str, dict[str, Any]] | None = None) -> ModelResponse:
     params: dict[str, Any] = {
         "model": request.model,
         "messages": messages(request),
@@ -124,7 +132,7 @@ def complete(client: anthropic.Anthropic, config: dict[str, Any], request: Model
     if request.system:
         params["system"] = request.system
     if request.tools:
-        params["tools"] = to_provider_schemas(request.tools, FORMAT)
+        params["tools"] = to_provider_schemas(request.tools, FORMAT, **tool_options(request, tool_settings or {}))
     try:
         if not call.stream:
             return response_of(client.messages.create(**params))
