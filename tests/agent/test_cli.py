@@ -294,3 +294,13 @@ def test_a_signal_interrupts_ask(workspace: Workspace) -> None:
     assert "nexus: stopped: interrupted" in err
     [path] = transcripts(workspace)
     assert read_transcript(path)[-1]["reason"] == "interrupted"
+
+
+def test_plugins_lists_the_model_providers(workspace: Workspace, run_nexus: RunNexus) -> None:
+    workspace.config()
+    proc = run_nexus("plugins")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("nexus.provider.openai "))) + 1] == \
+        "    model providers: openai"
+    assert "    model providers: anthropic" in lines

@@ -321,7 +321,7 @@ class Session:
             self.transcript.write("ask", kind=question.kind, call=_call_json(question.call), text=question.text,
                                   options=list(question.options), asked_by=list(question.asked_by))
             if self.cancelled:
-                reply: Any = Answer(False, "the task was interrupted")
+                reply: Any = Answer(False, "the task was interrupted", by="nobody")
             else:
                 reply = inner(question)
             self.transcript.write("answer", call_id=question.call.id, **_reply_json(reply))

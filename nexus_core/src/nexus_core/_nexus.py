@@ -330,7 +330,9 @@ class Nexus:
                 continue
             hooks = sorted(c.name for c in self._pm.get_hookcallers(plugin) or [])
             dist, version = self._dists.get(name, (None, None))
-            infos.append(PluginInfo(name, "active", dist, version, tuple(hooks), tuple(sorted(by_plugin.get(name, ())))))
+            providers = tuple(p for p, owner in self._providers.names().items() if owner == name)
+            infos.append(PluginInfo(name, "active", dist, version, tuple(hooks), tuple(sorted(by_plugin.get(name, ()))),
+                                    providers=providers))
         infos.extend(self._skipped)
         for f in self._failures:
             dist, version = self._dists.get(f.name, (None, None))

@@ -67,6 +67,7 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     error: str | None = None
+    providers: tuple[str, ...] = ()
 
 
 def env_flag(name: str) -> bool:
