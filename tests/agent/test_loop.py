@@ -377,6 +377,8 @@ def test_interrupting_a_streamed_turn_closes_the_stream_and_the_session_goes_on(
     assert "".join(e.text for e in events if isinstance(e, TextDelta)).startswith("Let me think")
     records = read_transcript(session.transcript_path or "")
     assert [r["reason"] for r in records if r["type"] == "stop"] == ["interrupted", "final_answer"]
+    [partial] = [r for r in records if r["type"] == "partial_response"]
+    assert partial["turn"] == 1 and partial["text"].startswith("Let me think")
 
 
 def test_the_api_key_is_in_no_file_the_session_wrote(fake: FakeProviders, workspace: Workspace,

@@ -243,10 +243,10 @@ class Session:
             self.history.append(Message.tool(tuple(results)))
 
     def _complete(self, request: ModelRequest) -> ModelResponse:
-        streamed: list[bool] = []
+        streamed: list[str] = []
 
         def on_text(delta: str) -> None:
-            streamed.append(True)
+            streamed.append(delta)
             self._emit(TextDelta(delta))
 
         call = ModelCall(on_text=on_text, stream=self.settings.stream)
@@ -255,6 +255,10 @@ class Session:
             if self.cancelled:  # cancelled between the check and here: the new call too
                 call.cancel()
             response = self.nexus.complete(request, call)
+        except ModelError:
+            if streamed:  # what the person saw of a response that never ended
+                self.transcript.write("partial_response", turn=request.metadata.get("turn"), text="".join(streamed))
+            raise
         finally:
             self._current = None
         if response.text and not streamed:  # not streamed: the front end gets the text whole
