@@ -24,6 +24,7 @@ PACKAGES = {
     "nexus-rt-tool-shell": REPO / "nexus_tool_shell",
     "nexus-rt-tool-file": REPO / "nexus_tool_file",
     "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
+    "nexus-rt-tool-web": REPO / "nexus_tool_web",
     "nexus-rt-agent": REPO / "nexus_agent",
     "nexus-rt-provider-openai": REPO / "nexus_provider_openai",
     "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
