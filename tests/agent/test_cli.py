@@ -304,3 +304,27 @@ def test_plugins_lists_the_model_providers(workspace: Workspace, run_nexus: RunN
     assert lines[lines.index(next(x for x in lines if x.startswith("nexus.provider.openai "))) + 1] == \
         "    model providers: openai"
     assert "    model providers: anthropic" in lines
+
+
+def test_chat_asks_about_concurrent_calls_one_at_a_time(fake: FakeProviders, workspace: Workspace,
+                                                       run_nexus: RunNexus, gate_site: Path) -> None:
+    """Three calls of one turn ask at once: the person gets one question at a time, each whole,
+    and each answer goes to its own call."""
+    calls = [Call("write", {"path": f"{name}.txt", "content": name}) for name in ("a", "b", "c")]
+    fake.script("openai.chat", chat_completion(None, calls), chat_completion("Done."))
+    workspace.config()
+    env = subprocess_env(gate_site, **{GATE_ENV: "write"})
+    proc = run_nexus("chat", input="write three files\ny\nno thanks\ny\n", env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    asked = [i for i, line in enumerate(lines) if line.startswith("? allow write")]
+    assert len(asked) == 3
+    for i in asked:  # each question whole: its call, then its gate's question
+        path = json.loads(lines[i].removeprefix("? allow write "))["path"]
+        assert lines[i + 1] == f"  May the agent run write {{'path': '{path}', 'content': '{path[0]}'}}?"
+    order = [json.loads(lines[i].removeprefix("? allow write "))["path"] for i in asked]
+    written = {p.name for p in workspace.root.glob("*.txt")}
+    assert written == {order[0], order[2]}  # the first and third answers were "y"
+    [path] = transcripts(workspace)
+    answers = [(r["approved"], r.get("text")) for r in read_transcript(path) if r["type"] == "answer"]
+    assert sorted(answers) == [(False, "no thanks"), (True, ""), (True, "")]
