@@ -172,7 +172,7 @@ class Question:
     `asked_by` their plugin ids, `call` the call that would run), or "question" when the
     `question` tool asks (`text` is the model's question, `options` its suggested answers,
     `call` the question tool's own call). `call.parent_call_id` tells which call is waiting
-    (run_code pauses that script's timeout while a person decides).
+    (a script's timeout should not run while a person decides).
     """
 
     kind: Literal["approval", "question"]

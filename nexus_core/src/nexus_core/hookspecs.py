@@ -155,9 +155,10 @@ def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> 
 @hookspec
 def nexus_ask_start(question: Question) -> None:
     """Observe a person being asked (an approval a gate's `Ask` wants, or the `question` tool),
-    before the approver is called; the asking call waits until `nexus_ask_end`. run_code pauses
-    the timeout of the script whose inner call waits (`question.call.parent_call_id`). The
-    return value is ignored; an exception is logged and the person is still asked."""
+    before the approver is called; the asking call waits until `nexus_ask_end`. A plugin that
+    runs scripts under a deadline (run_code) uses the pair to stop the clock of the script whose
+    inner call waits (`question.call.parent_call_id`). The return value is ignored; an exception
+    is logged and the person is still asked."""
 
 
 @hookspec
