@@ -59,8 +59,8 @@ def run(ctx):
     return {"total_words": sum(words.values())}
 '''
 
-with tempfile.TemporaryDirectory() as ws:
-    config = {"workspace": ws, "session_dir": f"{ws}/.nexus/sessions"}
+with tempfile.TemporaryDirectory() as ws, tempfile.TemporaryDirectory() as sessions:
+    config = {"workspace": ws, "session_dir": sessions}  # run records outside the workspace, as by default
     with Nexus.from_config(config, plugins=[Audit(), NoDeletes()]) as nx:
         active = [p.name for p in nx.plugins() if p.status == "active" and p.distribution]
         print("installed plugins:", ", ".join(active))

@@ -25,10 +25,22 @@ PACKAGES = {
     "nexus-rt-tool-file": REPO / "nexus_tool_file",
     "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
     "nexus-rt-tool-web": REPO / "nexus_tool_web",
+    "nexus-rt-mcp": REPO / "nexus_mcp",
     "nexus-rt-agent": REPO / "nexus_agent",
     "nexus-rt-provider-openai": REPO / "nexus_provider_openai",
     "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point XDG_STATE_HOME at a temporary folder for the whole run: a Nexus whose config names
+    no session_dir keeps its sessions below it (docs/configuration.md), and a test run must not
+    leave folders in the home directory of whoever runs it."""
+    with pytest.MonkeyPatch.context() as patch:
+        state = tmp_path_factory.mktemp("xdg_state")
+        patch.setenv("XDG_STATE_HOME", str(state))
+        yield state
 
 
 def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:

@@ -34,6 +34,7 @@ PACKAGES = {
     "nexus_tool_file": ("nexus_tool_file", {"nexus.tool.file"}),
     "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
     "nexus_tool_web": ("nexus_tool_web", {"nexus.tool.web"}),
+    "nexus_mcp": ("nexus_mcp", {"nexus.mcp.client"}),
     "nexus_agent": ("nexus_agent", {"nexus.agent"}),
     "nexus_provider_openai": ("nexus_provider_openai", {"nexus.provider.openai"}),
     "nexus_provider_anthropic": ("nexus_provider_anthropic", {"nexus.provider.anthropic"}),

@@ -5,6 +5,7 @@ clear exit-2 errors for a missing workspace or a config that is not UTF-8. Each 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,22 @@ def test_a_plugin_that_fails_to_add_commands_is_reported_and_the_rest_work(
     assert "staticmethod" in proc.stderr
     half = run_nexus("half", env=fake_plugins.env(), cwd=project)
     assert half.returncode == 2 and "no command 'half'" in half.stderr
+
+
+def test_what_a_plugin_prints_while_it_loads_goes_to_stderr(
+        run_nexus: RunNexus, fake_plugins: FakePlugins, project: Path) -> None:
+    # stdout is the command's: JSON for `--json`, the protocol for `nexus mcp serve`
+    fake_plugins.add("fake.chatty", """
+        print("chatty: imported")
+        from nexus_core import hookimpl
+        @hookimpl
+        def nexus_register_commands(cli):
+            print("chatty: adding commands")
+    """)
+    proc = run_nexus("call", "echo", '{"text": "hi"}', "--json", env=fake_plugins.env(), cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["output"] == "hi"
+    assert "chatty: imported\nchatty: adding commands\n" in proc.stderr
 
 
 def test_version(nexus: RunNexus) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 import pytest
-from nexus_core._config import close_schema
+from nexus_core._config import close_schema, default_session_dir
 
 from nexus_core import ConfigError, Nexus, hookimpl
 from nexus_core._config import load_config
@@ -81,7 +81,7 @@ def test_defaults_without_any_config(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for source in sources:
         cfg = load_config(source)
         assert cfg.workspace == tmp_path.resolve()
-        assert cfg.session_dir == tmp_path / ".nexus/sessions"
+        assert cfg.session_dir == default_session_dir(tmp_path.resolve())
         assert cfg.skills == [tmp_path / "skills"]
         assert cfg.active is None and cfg.blocked == [] and cfg.plugin_sections == {}
         assert cfg.source is None

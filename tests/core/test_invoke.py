@@ -488,6 +488,52 @@ def test_nexus_tool_register_sees_every_tool_at_start_and_later() -> None:
         assert recorder.registered == ["given", "direct", "later", "via_register"]
 
 
+def test_nexus_tool_unregister_sees_each_tool_leave_but_not_a_replacement(caplog: pytest.LogCaptureFixture) -> None:
+    class Watcher:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str, bool]] = []
+            self.nexus: Nexus | None = None
+
+        @hookimpl
+        def nexus_tool_register(self, tool: ToolDef) -> None:
+            self.events.append(("register", tool.name, True))
+
+        @hookimpl
+        def nexus_tool_unregister(self, tool: ToolDef) -> None:
+            # called after the tool is gone: the registry no longer has it
+            assert self.nexus is not None
+            self.events.append(("unregister", tool.name, self.nexus.tool(tool.name) is None))
+
+    class Giver:
+        @hookimpl
+        def nexus_register_tools(self, register: Any) -> None:
+            register(echo_tool("given_a"))
+            register(echo_tool("given_b"))
+
+    watcher = Watcher()
+    with Nexus(autoload=False, plugins=[watcher], tools=[echo_tool("mine")]) as nexus:
+        watcher.nexus = nexus
+        name = nexus.register(Giver())
+        watcher.events.clear()
+        nexus.replace_tool(echo_tool("given_a"), plugin=name)
+        assert watcher.events == [("register", "given_a", True)]  # swapped in place: no removal
+        assert nexus.remove_tool("mine") is not None
+        assert nexus.remove_tool("mine") is None  # nothing left to remove: no event
+        nexus.unregister(name)
+        assert watcher.events[1:] == [("unregister", "mine", True), ("unregister", "given_a", True),
+                                      ("unregister", "given_b", True)]
+
+    class Bad:
+        @hookimpl
+        def nexus_tool_unregister(self) -> None:
+            raise RuntimeError("observer bug")
+
+    with caplog.at_level(logging.ERROR, logger="nexus_core"), \
+            Nexus(autoload=False, plugins=[Bad()], tools=[echo_tool("x")]) as nexus:
+        assert nexus.remove_tool("x") is not None and nexus.tool("x") is None  # removed all the same
+    assert "plugin 'Bad' raised in nexus_tool_unregister; the other observers still run" in caplog.messages
+
+
 @pytest.mark.parametrize("bad_first", [True, False])
 @pytest.mark.parametrize("hook", ["nexus_tool_register", "nexus_tool_invoke", "nexus_tool_result"])
 def test_a_raising_observer_does_not_silence_the_others(hook: str, bad_first: bool, caplog: pytest.LogCaptureFixture) -> None:

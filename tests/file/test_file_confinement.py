@@ -13,6 +13,8 @@ from nexus_core.testing import assert_error, assert_ok
 
 SECRET = "top secret\n"
 
+pytestmark = pytest.mark.usefixtures("opener")  # every attempt against both ways of opening
+
 
 @pytest.fixture
 def outside(nexus_workspace: Path) -> Path:

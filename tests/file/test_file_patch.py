@@ -162,14 +162,15 @@ def test_a_commit_that_fails_midway_is_undone(project: Path) -> None:
     # Plan-time checks leave the commit little to fail on, so drive the commit step itself:
     # a plan whose delete fails after its writes have landed.
     from nexus_tool_file._patch import Plan, PatchError, commit
+    from nexus_tool_file._paths import Workspace
 
-    notes, added, vanished = project / "notes.txt", project / "added.txt", project / "vanished.txt"
-    the_plan = Plan(
-        writes={notes: (b"changed\n", None), added: (b"new\n", None)},
-        deletes=[vanished],
-        originals={notes: notes.read_bytes(), added: None, vanished: b"was here\n"},
+    the_plan = Plan(  # files named relative to the workspace root
+        writes={"notes.txt": (b"changed\n", None), "added.txt": (b"new\n", None)},
+        deletes=["vanished.txt"],
+        originals={"notes.txt": (project / "notes.txt").read_bytes(), "added.txt": None,
+                   "vanished.txt": b"was here\n"},
     )
     before = snapshot(project)
     with pytest.raises(PatchError, match="vanished.txt: No such file or directory; every change was undone"):
-        commit(the_plan)
+        commit(Workspace.at(project), the_plan)
     assert snapshot(project) == before

@@ -8,7 +8,7 @@ import pytest
 
 from nexus_core import Nexus
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_file._search import compile_glob
+from nexus_tool_file._patterns import compile_glob, subject
 
 
 @pytest.fixture
@@ -45,9 +45,17 @@ def tree(nexus_workspace: Path) -> Path:
     ("[ab]*.txt", "b.txt", True),
     (".*", ".hidden", True),
     ("a+b(c).txt", "a+b(c).txt", True),
+    ("*.{py{,i},md}", "a.pyi", True),  # nested choices
+    ("*.{py{,i},md}", "a.pyc", False),
+    ("{**/,}test_*.py", "a/b/test_x.py", True),  # `**` as a whole segment of a choice
+    ("{**/,}test_*.py", "test_x.py", True),
+    ("{a", "{a", True),  # an unclosed brace is a literal
+    ("a},b", "a},b", True),
+    ("[]]x", "]x", True),  # `]` first in a class is a member
+    ("*", "caf\udce9", True),  # a name that is not UTF-8 still matches `*`
 ])
 def test_compile_glob(pattern: str, path: str, matches: bool) -> None:
-    assert (compile_glob(pattern).match(path) is not None) is matches
+    assert (compile_glob(pattern).match(subject(path)) is not None) is matches
 
 
 # -- glob -----------------------------------------------------------------------------------
@@ -139,3 +147,20 @@ def test_list_limit_empty_folder_and_wrong_kinds(files: Nexus, tree: Path) -> No
     assert_ok(files.invoke("list", {"path": "empty"}), "[empty is empty]")
     assert_error(files.invoke("list", {"path": "README.md"}), "README.md is a file; use read")
     assert_error(files.invoke("list", {"path": "nowhere"}), "nowhere: no such folder")
+
+
+@pytest.mark.parametrize("pattern", ["hello", "^hello", "world$", "^$", r"o\s*$", r"\Ahello", r"end\Z",
+                                     "(?i)HELLO WORLD", "caf.", "x*", "^[^h]"])
+def test_searching_a_file_whole_first_finds_the_same_lines(files: Nexus, tree: Path, pattern: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """grep first searches a small file whole (one RE2 call) and skips it when nothing matches;
+    line ends, anchors and bytes that are not UTF-8 must not make it skip a file with a match."""
+    import nexus_tool_file._search as search
+
+    (tree / "crlf.txt").write_bytes(b"hello world\r\nthe end\r\n")
+    (tree / "latin1.txt").write_bytes(b"caf\xe9 hello\nend")
+    (tree / "blank.txt").write_text("hello\n\nworld")
+    whole = assert_ok(files.invoke("grep", {"pattern": pattern})).output_structured
+    monkeypatch.setattr(search, "_whole_file_regex", lambda *args: None)
+    by_line = assert_ok(files.invoke("grep", {"pattern": pattern})).output_structured
+    assert whole == by_line

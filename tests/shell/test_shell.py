@@ -196,6 +196,41 @@ def test_workdir_outside_the_workspace_is_refused(shell: Nexus, nexus_workspace:
     assert not (nexus_workspace.parent / "was-here").exists()
 
 
+@pytest.mark.parametrize("workdir", [".nexus/sessions", ".nexus/sessions/plugins", "to_sessions",
+                                     "sub/../.nexus/sessions"])
+def test_a_session_folder_put_inside_the_workspace_is_refused_as_workdir(
+        nexus_factory: NexusFactory, nexus_workspace: Path, workdir: str) -> None:
+    """Run records must not be where a command starts (a command can still `cd` there: the shell
+    is not a sandbox, docs/tool-shell.md says so; the file tools refuse the folder outright)."""
+    sessions = nexus_workspace / ".nexus" / "sessions"
+    (sessions / "plugins").mkdir(parents=True)
+    (nexus_workspace / "sub").mkdir()
+    (nexus_workspace / "to_sessions").symlink_to(sessions)
+    nx = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(sessions)})
+    result = nx.invoke("shell", {"command": "touch was-here", "workdir": workdir})
+    assert_error(result, f"workdir {workdir!r} is inside the session folder ({sessions}), where run records are "
+                         "kept; the shell does not start commands there", kind="failure")
+    assert list(sessions.rglob("was-here")) == []
+    assert_ok(nx.invoke("shell", {"command": "pwd", "workdir": "sub"}))  # the rest of the workspace is fine
+
+
+def test_nexus_doctor_warns_of_a_session_folder_inside_the_workspace(
+        nexus_factory: NexusFactory, nexus_workspace: Path, tmp_path: Path) -> None:
+    import nexus_tool_shell
+
+    inside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(nexus_workspace / "s")})
+    assert nexus_tool_shell.nexus_doctor(inside)[-1].startswith(
+        f"warning: the session folder ({nexus_workspace / 's'}) is inside the workspace")
+    outside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(tmp_path / "elsewhere")})
+    assert [line for line in nexus_tool_shell.nexus_doctor(outside) if line.startswith("warning")] == []
+
+
+def test_a_session_folder_that_is_the_workspace_refuses_every_command(
+        nexus_factory: NexusFactory, nexus_workspace: Path) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(nexus_workspace)})
+    assert_error(nx.invoke("shell", {"command": "true"}), "is inside the session folder", kind="failure")
+
+
 def test_workdir_must_be_a_folder(shell: Nexus, nexus_workspace: Path) -> None:
     (nexus_workspace / "file.txt").write_text("x")
     assert_error(shell.invoke("shell", {"command": "true", "workdir": "file.txt"}), "is not a folder")

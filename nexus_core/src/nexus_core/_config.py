@@ -3,12 +3,19 @@
 Every key is optional. Unknown keys and wrong types are errors naming their path, and for YAML
 the file and line. Plugin sections are checked later, against the schema each plugin declares
 (`nexus_config_schema`), because only then is it known which plugins are installed.
+
+YAML is read with bounds (`_yaml.load_yaml`): a file's size, its nesting, and the number of values it
+stands for once its aliases are expanded, so a few hundred bytes of aliases (a "billion laughs")
+are an error naming the file and line rather than gigabytes of memory. SKILL.md front matter is
+read the same way.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +32,7 @@ CORE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "workspace": {"type": "string", "default": "."},
-        "session_dir": {"type": "string", "default": ".nexus/sessions"},
+        "session_dir": {"type": "string"},  # default: default_session_dir(workspace)
         "skills": {"type": "array", "items": {"type": "string"}, "default": ["./skills"]},
         # the model an agent uses, as provider:model (`nexus chat --model` wins over it)
         "model": {"type": ["string", "null"], "default": None},
@@ -96,6 +103,22 @@ def close_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the largest config file read, in bytes: a config is a page or two of YAML (parsing 256 KiB of
+#: YAML takes PyYAML about 2 s)
+MAX_CONFIG_BYTES = 256 << 10
+def default_session_dir(workspace: Path) -> Path:
+    """Where a workspace's sessions are kept when the config names no `session_dir`: a per-user
+    state folder outside every workspace, `$XDG_STATE_HOME/nexus/sessions/<name>-<hash>`
+    (`~/.local/state/...` when XDG_STATE_HOME is unset or not absolute, as the XDG spec says).
+    `<name>` is the workspace folder's name, for people; `<hash>` the first 16 hex digits of the
+    SHA-256 of its full path, so two workspaces never share a folder."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", workspace.name)[:48].lstrip(".") or "root"
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
+    return base / "nexus" / "sessions" / f"{name}-{digest}"
+
+
 class ConfigError(Exception):
     """Config that cannot be used. `problems` are lines of the form `where: what is wrong`."""
 
@@ -111,7 +134,7 @@ class NexusConfig:
     the config file (or the current folder for a dict)."""
 
     workspace: Path
-    session_dir: Path
+    _session_dir: Path | None  # None: the default, which follows the workspace
     skills: list[Path]
     active: list[str] | None
     blocked: list[str]
@@ -122,6 +145,17 @@ class NexusConfig:
     #: the model agents use, "provider:model" (checked to have both parts), or None
     model: str | None = None
     _lines: dict[tuple[str, ...], int] = attrs.field(factory=dict, repr=False)
+
+    @property
+    def session_dir(self) -> Path:
+        """`session_dir` from the config, else `default_session_dir(workspace)`: outside the
+        workspace, so no tool a script can call writes there. Worked out from the workspace at
+        each use, so `Nexus(..., workspace=...)` moves the default with it."""
+        return self._session_dir if self._session_dir is not None else default_session_dir(self.workspace)
+
+    @session_dir.setter
+    def session_dir(self, value: str | os.PathLike[str] | None) -> None:
+        self._session_dir = Path(value) if value is not None else None
 
     def where(self, path: tuple[str, ...]) -> str:
         """`file:line` for a key path, as precisely as the YAML tells (else the file name)."""
@@ -210,6 +244,25 @@ def _empty_sections_as_dicts(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _read_config_text(path: Path, origin: str) -> str:
+    """The file's text, at most MAX_CONFIG_BYTES of UTF-8, or ConfigError saying why not."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        too_big = (f"{origin}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
+                   f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?")
+        raise ConfigError([too_big], origin)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError([f"{origin}:{line}: the config is not UTF-8 text (byte {raw[exc.start]:#04x} at "
+                           f"offset {exc.start}: {exc.reason}); save it as UTF-8"], origin) from None
+
+
 def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -> NexusConfig:
     """Read and check the core part of a config: a YAML file's path, a dict, or None for defaults."""
     lines: dict[tuple[str, ...], int] = {}
@@ -222,24 +275,19 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
     else:
         path = Path(source)
         origin = str(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError([f"{origin}: cannot read config: {exc.strerror or exc}"], origin) from None
-        except UnicodeDecodeError as exc:
-            line = path.read_bytes()[: exc.start].count(b"\n") + 1
-            raise ConfigError([f"{origin}:{line}: the config is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
-                               f"at offset {exc.start}); save it as UTF-8"], origin) from None
-        import yaml
+        text = _read_config_text(path, origin)
+        import yaml  # here, not at import: the CLI's start-up does not pay for PyYAML
+
+        from ._yaml import YAMLLimitError, load_yaml
 
         try:
-            node = yaml.compose(text)
-            data = yaml.safe_load(text)
+            node, data = load_yaml(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{origin}:{mark.line + 1}" if mark else origin
             problem = getattr(exc, "problem", None) or str(exc)
-            raise ConfigError([f"{where}: invalid YAML: {problem}"], origin) from None
+            what = "" if isinstance(exc, YAMLLimitError) else "invalid YAML: "
+            raise ConfigError([f"{where}: {what}{problem}"], origin) from None
         if node is not None:
             duplicates: list[tuple[tuple[str, ...], int, int]] = []
             lines = _line_map(node, (), duplicates)
@@ -278,7 +326,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
     sections = {k: (v or {}) for k, v in plugins.items() if k not in RESERVED_PLUGIN_KEYS}
     return NexusConfig(
         workspace=(base / os.path.expanduser(data["workspace"])).resolve(),
-        session_dir=(base / os.path.expanduser(data["session_dir"])),
+        session_dir=(base / os.path.expanduser(data["session_dir"])) if "session_dir" in data else None,
         skills=[(base / os.path.expanduser(s)) for s in data["skills"]],
         active=plugins.get("active"),
         blocked=list(plugins.get("blocked", [])),

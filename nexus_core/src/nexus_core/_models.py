@@ -7,9 +7,7 @@ returning a `Rewrite`, never by mutating it.
 
 from __future__ import annotations
 
-import itertools
 import os
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -34,39 +32,15 @@ ErrorKind = Literal[
 ]
 
 
-class _CallIds:
-    """`call_` and 24 hex digits: 64 random bits drawn once per process (again in a forked
-    child, and whenever the counter wraps), then a 32-bit counter. Unique like a uuid4's
-    prefix, at a tenth of its cost: every tool call gets one, and run_code's inner calls come
-    tens of microseconds apart."""
+def new_call_id() -> str:
+    """A fresh call id: `call_` and 24 lowercase hex digits, all of them random (96 bits from
+    the OS per id).
 
-    def __init__(self) -> None:
-        self._wrap = threading.Lock()
-        self._reseed()
-        os.register_at_fork(after_in_child=self._after_fork)
-
-    def _after_fork(self) -> None:
-        self._wrap = threading.Lock()
-        self._reseed()
-
-    def _reseed(self) -> None:
-        # one object: a thread never pairs one prefix with another prefix's counter
-        self._state = ("call_" + os.urandom(8).hex(), itertools.count())  # next() is atomic under the GIL
-
-    def __call__(self) -> str:
-        prefix, counter = self._state
-        n = next(counter)
-        if n > 0xFFFFFFFF:
-            with self._wrap:
-                if self._state[1] is counter:  # the first thread to get here draws the new prefix
-                    self._reseed()
-            prefix, counter = self._state
-            n = next(counter)
-        return f"{prefix}{n:08x}"
-
-
-new_call_id: Callable[[], str] = _CallIds()
-new_call_id.__doc__ = "A fresh, unique call id (`call_` and 24 hex digits)."
+    Random per id, not a per-process prefix and a counter: a run_code script that has seen
+    one id must not be able to name the next (run records live in folders named by call id).
+    `os.urandom` is safe across threads and forks; an id costs about 0.5 us, 0.2 us more than
+    the counter it replaced, on a path that takes microseconds."""
+    return "call_" + os.urandom(12).hex()
 
 
 def _default_input_schema() -> JSONObject:

@@ -75,7 +75,8 @@ class Nexus:
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
         self._pm = new_plugin_manager()
-        self._registry = ToolRegistry(on_register=self._announce, prepare=self._apply_tool_settings)
+        self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
+                                      prepare=self._apply_tool_settings)
         self._providers = ProviderRegistry()
         #: who answers when a gate asks or the question tool asks, unless an invoke names its own
         self.approver: Approver | None = approver
@@ -249,6 +250,12 @@ class Nexus:
         except Exception:  # only a hook wrapper can get here: observers are contained
             log.exception("a hook wrapper of nexus_tool_register raised (tool %s)", tool.name)
 
+    def _announce_removal(self, tool: ToolDef) -> None:
+        try:
+            self._pm.hook.nexus_tool_unregister(tool=tool)
+        except Exception:  # only a hook wrapper can get here: observers are contained
+            log.exception("a hook wrapper of nexus_tool_unregister raised (tool %s)", tool.name)
+
     def plugin_config(self, plugin: str) -> dict[str, Any]:
         """A plugin's validated config section, defaults applied ({} for an unknown plugin)."""
         return self._sections.get(plugin, {})
@@ -287,6 +294,8 @@ class Nexus:
         return self._registry.add(tool, plugin=None)
 
     def remove_tool(self, name: str) -> ToolDef | None:
+        """Remove a tool (whoever registered it); returns its definition, or None when there was
+        no such tool. `nexus_tool_unregister` observers see it go."""
         return self._registry.remove(name)
 
     def replace_tool(self, tool: Any, plugin: str | None = None) -> ToolDef:

@@ -83,6 +83,7 @@ def env_list(name: str) -> list[str]:
 #: cannot silence the rest (pluggy itself stops a hook call at the first exception).
 OBSERVER_HOOKS = frozenset({
     "nexus_tool_register",
+    "nexus_tool_unregister",
     "nexus_tool_invoke",
     "nexus_tool_result",
     "nexus_skill_loaded",

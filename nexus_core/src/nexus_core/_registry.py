@@ -56,10 +56,12 @@ class _Entry:
 
 class ToolRegistry:
     def __init__(self, on_register: Callable[[ToolDef], None] | None = None,
+                 on_unregister: Callable[[ToolDef], None] | None = None,
                  prepare: Callable[[ToolDef], ToolDef] | None = None) -> None:
         self._write_lock = threading.Lock()
         self._entries: Mapping[str, _Entry] = MappingProxyType({})
         self._on_register = on_register
+        self._on_unregister = on_unregister
         #: applied to every tool as it enters (the config's per-tool settings)
         self._prepare = prepare
         self.version = 0
@@ -139,14 +141,19 @@ class ToolRegistry:
             entry = self._entries.get(name)
             if entry is not None:
                 self._swap({n: e for n, e in self._entries.items() if n != name})
+        if entry is not None and self._on_unregister is not None:
+            self._on_unregister(entry.tool)
         return entry.tool if entry else None
 
     def remove_plugin(self, plugin: str) -> list[str]:
         with self._write_lock:
-            names = [n for n, e in self._entries.items() if e.tool.plugin == plugin]
-            if names:
+            removed = [e.tool for e in self._entries.values() if e.tool.plugin == plugin]
+            if removed:
                 self._swap({n: e for n, e in self._entries.items() if e.tool.plugin != plugin})
-        return names
+        if self._on_unregister is not None:
+            for tool in removed:
+                self._on_unregister(tool)
+        return [tool.name for tool in removed]
 
     def lookup(self, name: str) -> tuple[ToolDef, ArgumentValidator | None] | None:
         """The tool called `name` and its compiled input validator (compiled once, when the tool

@@ -14,6 +14,7 @@ Start-up stays cheap: this module imports click and the hook markers only; the N
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import json
@@ -483,27 +484,30 @@ def add_plugin_commands(group: click.Group) -> list[str]:
 
     warnings = []
     chosen, _ = select_entry_points(None, ())
-    for ep in chosen:
-        try:
-            obj = ep.load()
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            continue
-        try:
-            hook = static_hookimpl(obj, "nexus_register_commands")
-        except TypeError as exc:
-            warnings.append(f"plugin {ep.name!r}: {exc}")
-            continue
-        if hook is None:
-            continue
-        before = set(group.commands)
-        try:
-            hook(cli=group)
-        except Exception as exc:
-            for name in set(group.commands) - before:  # half-added commands would fail later
-                del group.commands[name]
-            warnings.append(f"plugin {ep.name!r} raised in nexus_register_commands: {describe_exception(exc)}")
+    # What a plugin prints while it is imported goes to stderr: stdout carries only what the
+    # command writes (`nexus call --json` prints JSON there, `nexus mcp serve` its protocol).
+    with contextlib.redirect_stdout(sys.stderr):
+        for ep in chosen:
+            try:
+                obj = ep.load()
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                continue
+            try:
+                hook = static_hookimpl(obj, "nexus_register_commands")
+            except TypeError as exc:
+                warnings.append(f"plugin {ep.name!r}: {exc}")
+                continue
+            if hook is None:
+                continue
+            before = set(group.commands)
+            try:
+                hook(cli=group)
+            except Exception as exc:
+                for name in set(group.commands) - before:  # half-added commands would fail later
+                    del group.commands[name]
+                warnings.append(f"plugin {ep.name!r} raised in nexus_register_commands: {describe_exception(exc)}")
     return warnings
 
 

@@ -104,6 +104,13 @@ def nexus_tool_register(tool: ToolDef) -> None:
 
 
 @hookspec
+def nexus_tool_unregister(tool: ToolDef) -> None:
+    """Observe a tool leaving the registry (`Nexus.remove_tool`, or its plugin unregistered or
+    dropped), after it is gone. A tool swapped in place by `Nexus.replace_tool` is not removed:
+    `nexus_tool_register` sees the new definition. The return value is ignored."""
+
+
+@hookspec
 def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | Ask | None:
     """Gate a call before its arguments are validated and its handler runs.
 

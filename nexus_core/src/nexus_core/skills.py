@@ -6,6 +6,10 @@ sits between two `---` lines: `name` is required, `description` optional, any ot
 in `SkillContent.metadata`. A file that cannot be used is reported as a `SkillProblem` (with its
 path and, where YAML gives one, the line) and skipped; the others still load.
 
+A skill may come from anywhere (a download, a shared folder), so its file is read with bounds:
+at most MAX_SKILL_BYTES, front matter at most MAX_FRONT_MATTER_BYTES, its YAML with the same
+alias and nesting bounds as the config (`load_yaml`).
+
 State is per Nexus (`skill_set(nexus)`): which skills exist, which are active. Activation fires `nexus_skill_loaded(skill=...)`, deactivation
 `nexus_skill_deactivate(name=...)`, so a plugin such as run_code can stage a skill's helper files
 and drop them again. `active_skills(nx)` tells such a plugin which skills are active and where
@@ -27,6 +31,8 @@ import attrs
 from ._models import SkillContent
 
 if TYPE_CHECKING:
+    import yaml
+
     from ._nexus import Nexus
 
 log = logging.getLogger("nexus_core")
@@ -36,6 +42,11 @@ SKILL_FILE = "SKILL.md"
 SKILL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # folders never searched for skills nor listed as resources
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
+#: the largest SKILL.md read, in bytes: instructions a model reads, not a data file
+MAX_SKILL_BYTES = 1 << 20
+#: the largest front matter (the YAML between the `---` lines), in bytes: a name, a description
+#: and a few keys
+MAX_FRONT_MATTER_BYTES = 64 << 10
 
 
 @attrs.frozen
@@ -66,14 +77,10 @@ class UnknownSkillError(LookupError):
 # -- reading one SKILL.md -------------------------------------------------------------------
 
 
-def _key_lines(text: str, offset: int) -> dict[str, int]:
+def _key_lines(node: yaml.Node | None, offset: int) -> dict[str, int]:
     """The file line of each top-level key of the front matter (for precise problem lines)."""
     import yaml
 
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {str(k.value): k.start_mark.line + 1 + offset for k, _ in node.value}
@@ -112,11 +119,17 @@ def load_skill(path: str | os.PathLike[str]) -> SkillContent:
         return SkillError(SkillProblem(where, message, line))
 
     try:
-        text = file.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise problem(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        with open(file, "rb") as f:
+            raw = f.read(MAX_SKILL_BYTES + 1)
     except OSError as exc:
         raise problem(f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SKILL_BYTES:
+        raise problem(f"the file is larger than {MAX_SKILL_BYTES} bytes ({MAX_SKILL_BYTES >> 20} MiB), the most "
+                      "a SKILL.md may be; move long material to resource files beside it")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise problem(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     lines = text.splitlines()
     if not lines or lines[0].rstrip() != "---":
         raise problem("no front matter: SKILL.md must start with a '---' line, then YAML with a name", 1)
@@ -124,20 +137,26 @@ def load_skill(path: str | os.PathLike[str]) -> SkillContent:
     if end is None:
         raise problem("the front matter is not closed: no second '---' line", 1)
     front = "\n".join(lines[1:end])
-    import yaml  # here, not at import: the CLI's start-up does not pay for it
+    if len(front.encode("utf-8")) > MAX_FRONT_MATTER_BYTES:
+        raise problem(f"the front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes "
+                      f"({MAX_FRONT_MATTER_BYTES >> 10} KiB), the most a SKILL.md may hold there", 1)
+    import yaml  # here, not at import: the CLI's start-up does not pay for PyYAML
+
+    from ._yaml import YAMLLimitError, load_yaml
 
     try:
-        data = yaml.safe_load(front)
+        node, data = load_yaml(front)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        kind = "the front matter's YAML" if isinstance(exc, YAMLLimitError) else "invalid YAML in the front matter"
         # the YAML starts on the file's second line
-        raise problem(f"invalid YAML in the front matter: {what}", mark.line + 2 if mark else 2) from None
+        raise problem(f"{kind}: {what}", mark.line + 2 if mark else 2) from None
     if data is None:
         raise problem("the front matter is empty: 'name' is required", 1)
     if not isinstance(data, dict):
         raise problem(f"the front matter must be a mapping of keys, got {type(data).__name__}", 2)
-    key_line = _key_lines(front, offset=1)
+    key_line = _key_lines(node, offset=1)
     name = data.get("name")
     if name is None:
         raise problem("missing required key 'name'", 1)

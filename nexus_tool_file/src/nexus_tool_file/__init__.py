@@ -8,20 +8,26 @@ confined to the workspace.
         max_read_bytes: 262144
         max_results: 500      # paths, matches or entries per glob, grep or list
         exclude: [.git, node_modules, ...]   # folders glob and grep skip
+        max_search_seconds: 30   # glob and grep stop then, returning what they found
 
 The workspace is `workspace:` in the config (or `nexus --workspace DIR`). Paths are relative to
-it; `..`, absolute paths outside it and symlinks that lead out are refused. See docs/tool-file.md.
+it; `..`, absolute paths outside it and symlinks that lead out are refused, and every path is
+opened beneath the workspace in one step (no check-then-open race). Patterns are matched by RE2,
+in linear time. See docs/tool-file.md.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from nexus_core import Nexus, ToolDef, ToolResult, failure, hookimpl
 
-from . import _files, _patch, _search
+from . import _beneath, _files, _patch, _patterns, _search
 from ._paths import FileToolError, Workspace
 from ._settings import CONFIG_SCHEMA, Settings
 
@@ -66,9 +72,28 @@ def nexus_config_schema() -> dict[str, Any]:
 
 
 @hookimpl
+def nexus_doctor(nexus: Nexus) -> list[str]:
+    """How paths are opened and patterns matched here, and where the session folder lies."""
+    settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
+    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
+    session = nexus.config.session_dir
+    inside = os.path.realpath(session) == str(workspace.root) or Path(os.path.realpath(session)).is_relative_to(
+        workspace.root)
+    return [
+        f"opening paths: beneath the workspace, {_beneath.method()}",
+        f"patterns: RE2 (google-re2 {version('google-re2')}), linear-time; regex at most "
+        f"{_patterns.MAX_REGEX_CHARS} chars, glob at most {_patterns.MAX_GLOB_CHARS} chars, braces "
+        f"{_patterns.MAX_BRACE_DEPTH} deep and {_patterns.MAX_BRACE_CHOICES} choices; glob and grep stop after "
+        f"max_search_seconds={settings.max_search_seconds:g}",
+        f"session folder: {session} " + ("(inside the workspace: every path in it is refused)" if inside
+                                         else "(outside the workspace)"),
+    ]
+
+
+@hookimpl
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = Workspace.at(nexus.config.workspace)
+    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
     for name, handler, description, input_schema, output_schema, writes in TOOLS:
         if writes and settings.read_only:
             continue  # removed, not refused: the model is never offered a tool it may not use

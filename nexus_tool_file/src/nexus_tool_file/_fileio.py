@@ -1,13 +1,14 @@
-"""Reading text and replacing files atomically: the small I/O rules every file tool shares."""
+"""Reading text and replacing files atomically, through file descriptors: the small I/O rules
+every file tool shares. Paths are never opened here by name from the root: callers hand in an fd
+they opened beneath the workspace (see _paths), or a folder's fd and a name in it."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import stat
-from pathlib import Path
 
-from ._paths import FileToolError
+from ._paths import FileToolError, Location
 
 #: how much of a file is looked at to tell text from binary (git and grep look at the start too)
 SNIFF_BYTES = 8192
@@ -22,13 +23,42 @@ def not_text(shown: str, why: str) -> FileToolError:
     return FileToolError(f"{shown} is not a text file ({why}); the file tools read and edit UTF-8 text only")
 
 
-def read_text(path: Path, shown: str) -> str:
-    """The whole file as text, or FileToolError when it is missing, a folder, or not UTF-8 text."""
-    if path.is_dir():
+def check_regular(fd: int, shown: str) -> os.stat_result:
+    """fstat of an fd opened to read: a regular file, or FileToolError saying what it is."""
+    found = os.fstat(fd)
+    if stat.S_ISDIR(found.st_mode):
         raise FileToolError(f"{shown} is a folder, not a file")
-    if not path.exists():
+    if not stat.S_ISREG(found.st_mode):
+        raise FileToolError(f"{shown} is not a regular file")
+    return found
+
+
+def read_bytes(fd: int) -> bytes:
+    """All of an open file, from its start (the fd is not closed)."""
+    chunks = []
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_text(location: Location, shown: str) -> str:
+    """The whole file as text, or FileToolError when it is missing, a folder, or not UTF-8 text."""
+    if location.stat is None:
         raise FileToolError(f"{shown}: no such file")
-    data = path.read_bytes()
+    if stat.S_ISDIR(location.stat.st_mode):
+        raise FileToolError(f"{shown} is a folder, not a file")
+    fd = location.open_read()
+    try:
+        check_regular(fd, shown)
+        data = read_bytes(fd)
+    finally:
+        os.close(fd)
+    return decode_text(data, shown)
+
+
+def decode_text(data: bytes, shown: str) -> str:
+    """A file's bytes as text, or FileToolError when they are binary or not UTF-8."""
     if looks_binary(data[:SNIFF_BYTES]):
         raise not_text(shown, "it contains NUL bytes")
     try:
@@ -37,45 +67,54 @@ def read_text(path: Path, shown: str) -> str:
         raise not_text(shown, f"invalid UTF-8 at byte {exc.start}") from None
 
 
-def stage(path: Path, data: bytes, mode: int | None = None) -> Path:
-    """Write `data` to a new temporary file beside `path`, ready for `os.replace(tmp, path)`.
+def stage(location: Location, data: bytes, mode: int | None = None) -> str:
+    """Write `data` to a new temporary file in the target's folder, ready for `commit_staged`;
+    returns its name there.
 
-    Beside, so the rename stays on one filesystem and is atomic: a reader sees the old file or
-    the new one, never half of it. The file takes `mode`, else the mode of the file it replaces,
-    else the usual mode for a new file (created with O_EXCL, so the umask applies).
+    Beside the target, so the rename stays on one filesystem and is atomic: a reader sees the old
+    file or the new one, never half of it. Created in the folder's fd with O_EXCL|O_NOFOLLOW, so
+    nothing planted under that name is written through. The file takes `mode`, else the mode of
+    the file it replaces, else the usual mode for a new file (the umask applies).
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = f".{location.name[:200]}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                 dir_fd=location.dir_fd)
     try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
-        if mode is None and path.exists():
-            mode = stat.S_IMODE(path.stat().st_mode)
-        if mode is not None:
-            os.chmod(tmp, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)  # the data is on disk before the rename makes it the file
+            if mode is None and location.stat is not None and stat.S_ISREG(location.stat.st_mode):
+                mode = stat.S_IMODE(location.stat.st_mode)
+            if mode is not None:
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        discard(location, tmp)
         raise
     return tmp
 
 
-def make_parents(path: Path) -> list[Path]:
-    """Create the missing folders above `path`; returns those created, deepest first (so a
-    caller that must undo can remove them in that order)."""
-    missing = []
-    parent = path.parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    if not parent.is_dir():
-        raise FileToolError(f"cannot create {path.name} under {parent.name}: {parent.name} is a file, not a folder")
-    for folder in reversed(missing):
-        folder.mkdir()
-    return missing
+def commit_staged(location: Location, tmp: str) -> None:
+    """Rename the staged file over the target, both in the folder's fd (renameat: a symlink put in
+    the target's place is replaced, not followed)."""
+    os.replace(tmp, location.name, src_dir_fd=location.dir_fd, dst_dir_fd=location.dir_fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace (or create) `path` with `data` in one step, creating parent folders."""
-    make_parents(path)
-    os.replace(stage(path, data), path)
+def discard(location: Location, tmp: str) -> None:
+    try:
+        os.unlink(tmp, dir_fd=location.dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write(location: Location, data: bytes) -> None:
+    """Replace (or create) the located file with `data` in one step."""
+    tmp = stage(location, data)
+    try:
+        commit_staged(location, tmp)
+    except BaseException:
+        discard(location, tmp)
+        raise

@@ -2,19 +2,22 @@
 
 Each handler takes the workspace and settings first (the plugin binds them with
 `functools.partial`, per Nexus) and the call's arguments last. Expected failures raise
-FileToolError, which the plugin turns into `failure(message)`.
+FileToolError, which the plugin turns into `failure(message)`. Every file and folder is opened
+through the workspace (`Workspace.open`, `Workspace.locate`): beneath it, in one step.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+import stat
+from collections.abc import Iterator
+from typing import IO, Any
 
 from nexus_core import ToolResult
 
-from ._fileio import SNIFF_BYTES, atomic_write, looks_binary, not_text, read_text
-from ._paths import FileToolError, Workspace
+from ._beneath import READ_DIR, READ_FILE, STAT_ONLY
+from ._fileio import SNIFF_BYTES, atomic_write, check_regular, looks_binary, not_text, read_text
+from ._paths import FileToolError, Location, Workspace
 from ._settings import Settings
 
 LINE_ENDS = "\r\n"
@@ -25,16 +28,50 @@ def _result(output: str, structured: dict[str, Any]) -> ToolResult:
     return ToolResult(id="", name="", output=output, output_structured=structured)
 
 
-def _existing_file(ws: Workspace, requested: str) -> tuple[Path, str]:
-    path = ws.resolve(requested)
-    shown = ws.show(path)
-    if not path.exists():
-        raise FileToolError(f"{shown}: no such file")
-    if path.is_dir():
-        raise FileToolError(f"{shown} is a folder; use list to see what it holds")
-    if not path.is_file():
-        raise FileToolError(f"{shown} is not a regular file")
-    return path, shown
+def _missing(ws: Workspace, requested: str, what: str = "file") -> FileToolError:
+    return FileToolError(f"{ws.show(ws.relative(requested))}: no such {what}")
+
+
+def _existing_file(ws: Workspace, requested: str) -> Location:
+    """The located file `requested` names, which must exist and be a regular file. Close it."""
+    try:
+        location = ws.locate(requested)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _missing(ws, requested) from None
+    shown = ws.show(location.rel)
+    problem = None
+    if location.stat is None:
+        problem = f"{shown}: no such file"
+    elif stat.S_ISDIR(location.stat.st_mode):
+        problem = f"{shown} is a folder; use list to see what it holds"
+    elif not stat.S_ISREG(location.stat.st_mode):
+        problem = f"{shown} is not a regular file"
+    if problem:
+        location.close()
+        raise FileToolError(problem)
+    return location
+
+
+#: a line is read in pieces of at most this many bytes, so one huge line never sits in memory whole
+LINE_PIECE_BYTES = 1 << 20
+
+
+def numbered_lines(f: IO[bytes], keep: int) -> Iterator[tuple[int, bytes, int]]:
+    """(number, its first `keep` bytes, its length) of each line of a binary file, reading at
+    most LINE_PIECE_BYTES at a time: a file of one 2 GB line costs a piece of memory, not 2 GB."""
+    number = 0
+    while True:
+        piece = f.readline(LINE_PIECE_BYTES)
+        if not piece:
+            return
+        number += 1
+        head, length = piece[:keep], len(piece)
+        while not piece.endswith(b"\n") and len(piece) == LINE_PIECE_BYTES:
+            piece = f.readline(LINE_PIECE_BYTES)
+            if len(head) < keep:
+                head += piece[:keep - len(head)]
+            length += len(piece)
+        yield number, head, length
 
 
 # -- read -----------------------------------------------------------------------------------
@@ -74,23 +111,35 @@ READ_DESCRIPTION = (
 
 
 def read(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
-    path, shown = _existing_file(ws, arguments["path"])
+    requested: str = arguments["path"]
+    try:
+        opened = ws.open(requested, READ_FILE)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _missing(ws, requested) from None
+    shown = ws.show(opened.rel)
     offset: int = arguments.get("offset", 1)
     limit: int = arguments.get("limit", settings.read_lines)
     chosen: list[str] = []
     size = total = 0
     cut_line: int | None = None  # a line cut short because it alone passes the byte cap
     hit_byte_cap = False
-    with open(path, "rb") as f:
+    try:
+        if stat.S_ISDIR(os.fstat(opened.fd).st_mode):
+            raise FileToolError(f"{shown} is a folder; use list to see what it holds")
+        check_regular(opened.fd, shown)  # not a FIFO or a device: reading one could block, or never end
+    except BaseException:
+        os.close(opened.fd)
+        raise
+    with open(opened.fd, "rb", closefd=True) as f:
         if looks_binary(f.read(SNIFF_BYTES)):
             raise not_text(shown, "it contains NUL bytes")
         f.seek(0)
         # Stream line by line: a huge file is counted, not held in memory.
-        for number, raw in enumerate(f, 1):
+        for number, raw, length in numbered_lines(f, settings.max_read_bytes + 1):
             total = number
             if number < offset or len(chosen) >= limit or hit_byte_cap:
                 continue
-            if size + len(raw) > settings.max_read_bytes:
+            if size + length > settings.max_read_bytes:
                 hit_byte_cap = True
                 if chosen:
                     continue
@@ -150,13 +199,16 @@ WRITE_DESCRIPTION = (
 
 
 def write(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
-    path = ws.resolve(arguments["path"])
-    shown = ws.show(path)
-    if path.is_dir():
-        raise FileToolError(f"{shown} is a folder; give the path of a file")
     data = arguments["content"].encode("utf-8")
-    created = not path.exists()
-    atomic_write(path, data)
+    location = ws.locate(arguments["path"], create_parents=True)
+    try:
+        shown = ws.show(location.rel)
+        if location.stat is not None and stat.S_ISDIR(location.stat.st_mode):
+            raise FileToolError(f"{shown} is a folder; give the path of a file")
+        created = location.stat is None
+        atomic_write(location, data)
+    finally:
+        location.close()
     how = "new file" if created else "replaced its content"
     return _result(f"wrote {len(data)} bytes to {shown} ({how})",
                    {"path": shown, "bytes": len(data), "created": created})
@@ -210,13 +262,20 @@ def _crlf(text: str) -> str:
 
 
 def edit(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
-    path, shown = _existing_file(ws, arguments["path"])
     old: str = arguments["old_string"]
     new: str = arguments["new_string"]
     replace_all: bool = arguments.get("replace_all", False)
     if old == new:
         raise FileToolError("old_string and new_string are the same: nothing to change")
-    text = read_text(path, shown)
+    location = _existing_file(ws, arguments["path"])
+    try:
+        return _edit(location, ws.show(location.rel), old, new, replace_all)
+    finally:
+        location.close()
+
+
+def _edit(location: Location, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    text = read_text(location, shown)
     count = text.count(old)
     if count == 0 and "\n" in old and "\r\n" in text:
         # A model writes "\n"; a file with Windows line ends holds "\r\n". Match it as it is.
@@ -230,7 +289,7 @@ def edit(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
         raise FileToolError(f"old_string occurs {count} times in {shown} (lines {lines}); include more "
                             "surrounding text so it occurs once, or set replace_all to replace every one")
     replaced = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    atomic_write(path, replaced.encode("utf-8"))
+    atomic_write(location, replaced.encode("utf-8"))
     done = count if replace_all else 1
     return _result(f"replaced {done} occurrence{'s' if done != 1 else ''} in {shown}",
                    {"path": shown, "replacements": done})
@@ -276,24 +335,35 @@ LIST_DESCRIPTION = (
 
 
 def list_folder(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
-    path = ws.resolve(arguments.get("path", "."))
-    shown = ws.show(path)
-    if not path.exists():
-        raise FileToolError(f"{shown}: no such folder")
-    if not path.is_dir():
-        raise FileToolError(f"{shown} is a file; use read to see it")
+    requested: str = arguments.get("path", ".")
+    try:
+        opened = ws.open(requested, READ_DIR)
+    except FileNotFoundError:
+        raise _missing(ws, requested, "folder") from None
+    except NotADirectoryError:
+        kind, rel = ws.kind(requested)
+        if kind == "missing":
+            raise _missing(ws, requested, "folder") from None
+        raise FileToolError(f"{ws.show(rel)} is a file; use read to see it") from None
+    shown = ws.show(opened.rel)
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
     entries: list[dict[str, Any]] = []
-    with os.scandir(path) as scan:
-        for entry in sorted(scan, key=lambda e: e.name):
-            if entry.is_symlink() and not ws.inside(Path(entry.path)):
-                continue  # what lies outside is not shown, not even by name
-            if entry.is_dir():
-                entries.append({"name": entry.name, "type": "dir", "size": None})
-            elif entry.is_file():
-                entries.append({"name": entry.name, "type": "file", "size": entry.stat().st_size})
-            else:
-                entries.append({"name": entry.name, "type": "other", "size": None})
+    try:
+        with os.scandir(opened.fd) as scan:
+            for entry in sorted(scan, key=lambda e: e.name):
+                if entry.is_symlink():
+                    described = _describe_link(ws, f"{opened.rel}/{entry.name}" if opened.rel else entry.name)
+                    if described is not None:  # what lies outside is not shown, not even by name
+                        entries.append({"name": entry.name, **described})
+                elif entry.is_dir(follow_symlinks=False):
+                    entries.append({"name": entry.name, "type": "dir", "size": None})
+                elif entry.is_file(follow_symlinks=False):
+                    entries.append({"name": entry.name, "type": "file",
+                                    "size": entry.stat(follow_symlinks=False).st_size})
+                else:
+                    entries.append({"name": entry.name, "type": "other", "size": None})
+    finally:
+        os.close(opened.fd)
     truncated = len(entries) > limit
     lines = [e["name"] + ("/" if e["type"] == "dir" else "") for e in entries[:limit]]
     if not entries:
@@ -301,3 +371,23 @@ def list_folder(ws: Workspace, settings: Settings, arguments: dict[str, Any]) ->
     elif truncated:
         lines.append(f"[first {limit} of {len(entries)} entries]")
     return _result("\n".join(lines), {"path": shown, "entries": entries[:limit], "truncated": truncated})
+
+
+def _describe_link(ws: Workspace, rel: str) -> dict[str, Any] | None:
+    """Type and size of what a symlink leads to, opened beneath the workspace (so the size is
+    never an outside file's); None for a link that leads out."""
+    try:
+        opened = ws.open(rel, STAT_ONLY)
+    except FileNotFoundError:  # dangling: shown while its target would lie inside
+        return {"type": "other", "size": None} if ws.dangling_inside(rel) else None
+    except (OSError, FileToolError):
+        return None
+    try:
+        found = os.fstat(opened.fd)
+    finally:
+        os.close(opened.fd)
+    if stat.S_ISDIR(found.st_mode):
+        return {"type": "dir", "size": None}
+    if stat.S_ISREG(found.st_mode):
+        return {"type": "file", "size": found.st_size}
+    return {"type": "other", "size": None}

@@ -18,6 +18,10 @@ Three steps, so that a patch either changes every file or none:
 3. commit: stage every new content in a temporary file beside its target, then rename them into
    place and delete what goes. Should the disk fail midway, what was done is undone from the
    contents read in step 2.
+
+Every step opens its folders beneath the workspace again (`Workspace.locate`, `in_folder`): a
+folder swapped for a symlink between the plan and the commit makes the commit fail and undo,
+never reach outside.
 """
 
 from __future__ import annotations
@@ -27,13 +31,12 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from nexus_core import ToolResult
 
-from ._fileio import make_parents, read_text, stage
-from ._paths import FileToolError, Workspace
+from ._fileio import atomic_write, check_regular, commit_staged, decode_text, discard, read_bytes, stage
+from ._paths import FileToolError, Location, Workspace
 from ._settings import Settings
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
@@ -179,10 +182,30 @@ def _parse_hunks(lines: list[str], i: int, end: int, op: FileOp) -> int:
 # -- 2. plan --------------------------------------------------------------------------------
 
 
-def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool) -> int | None:
+#: line comparisons one patch may make to place its hunks (a few seconds of Python): a hunk of
+#: thousands of lines against a file of as many alike lines would otherwise cost hours
+MAX_COMPARISONS = 10_000_000
+
+
+class _Budget:
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+        self.left = MAX_COMPARISONS
+
+    def spend(self, count: int, hunk: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise PatchError(f"{self.shown}: placing hunk {hunk} takes more than {MAX_COMPARISONS} line "
+                             "comparisons (the comparison limit of one patch); give an @@ line near the change, "
+                             "or smaller hunks with lines that occur less often")
+
+
+def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool,
+          budget: _Budget, hunk: int) -> int | None:
     """Where `pattern` occurs in `lines` at or after `start`. Tries an exact match first, then
     ignoring trailing whitespace, then ignoring surrounding whitespace: models often get
-    indentation of blank lines or trailing spaces wrong, rarely the text itself."""
+    indentation of blank lines or trailing spaces wrong, rarely the text itself. Each line
+    compared is counted against `budget`."""
     last = len(lines) - len(pattern)
     if last < start:
         return None
@@ -190,11 +213,26 @@ def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool
     if at_end:  # `*** End of File`: the end of the file is the place to look first
         candidates.insert(0, last)
     normalizers: list[Callable[[str], str]] = [lambda s: s, str.rstrip, str.strip]
+    size = len(pattern)
     for norm in normalizers:
         wanted = [norm(p) for p in pattern]
+        first = wanted[0]
+        compared = 0
         for at in candidates:
-            if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):
+            compared += 1
+            if norm(lines[at]) != first:
+                continue
+            k = 1
+            while k < size and norm(lines[at + k]) == wanted[k]:
+                k += 1
+            compared += k
+            if k == size:
+                budget.spend(compared, hunk)
                 return at
+            if compared > 100_000:
+                budget.spend(compared, hunk)
+                compared = 0
+        budget.spend(compared, hunk)
     return None
 
 
@@ -208,9 +246,10 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
         lines.pop()
     edits: list[tuple[int, int, list[str]]] = []  # (at, how many old lines, new lines)
     position = 0
+    budget = _Budget(shown)
     for number, hunk in enumerate(hunks, 1):
         if hunk.anchor is not None:
-            found = _seek(lines, [hunk.anchor], position, False)
+            found = _seek(lines, [hunk.anchor], position, False, budget, number)
             if found is None:
                 raise PatchError(f"{shown}: hunk {number} does not apply: its @@ line {hunk.anchor!r} "
                                  f"was not found{f' after line {position}' if position else ''}")
@@ -218,11 +257,11 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
         if not hunk.old:  # only additions: after the anchor, or at the end of the file
             edits.append((position if hunk.anchor is not None else len(lines), 0, hunk.replacement([])))
             continue
-        found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
+        found = _seek(lines, hunk.old, position, hunk.at_end_of_file, budget, number)
         if found is None and hunk.body[-1] == (" ", "") and len(hunk.old) > 1:
             # A trailing empty context line is often the patch's own final newline.
             hunk = Hunk(hunk.anchor, hunk.body[:-1], hunk.at_end_of_file)
-            found = _seek(lines, hunk.old, position, hunk.at_end_of_file)
+            found = _seek(lines, hunk.old, position, hunk.at_end_of_file, budget, number)
         if found is None:
             expected = "\n".join(f"  {line}" for line in hunk.old)
             raise PatchError(f"{shown}: hunk {number} does not apply: these lines were not found"
@@ -238,104 +277,168 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
 
 @dataclass
 class Plan:
-    """What the patch does, worked out in full before anything is touched."""
+    """What the patch does, worked out in full before anything is touched. Files are named by
+    their real path relative to the workspace root."""
 
-    writes: dict[Path, tuple[bytes, int | None]] = field(default_factory=dict)  # path -> (data, mode)
-    deletes: list[Path] = field(default_factory=list)
-    originals: dict[Path, bytes | None] = field(default_factory=dict)  # None: did not exist
+    writes: dict[str, tuple[bytes, int | None]] = field(default_factory=dict)  # rel -> (data, mode)
+    deletes: list[str] = field(default_factory=list)
+    originals: dict[str, bytes | None] = field(default_factory=dict)  # None: did not exist
     changes: list[dict[str, Any]] = field(default_factory=list)  # for the result
+
+
+@dataclass
+class _Claimed:
+    rel: str
+    shown: str
+    mode: int | None  # permission bits of the file as found; None when it does not exist
+
+
+def _read_original(location: Location, shown: str) -> bytes | None:
+    if location.stat is None:
+        return None
+    if stat.S_ISDIR(location.stat.st_mode):
+        raise PatchError(f"{shown} is a folder, not a file")
+    fd = location.open_read()
+    try:
+        check_regular(fd, shown)
+        return read_bytes(fd)
+    finally:
+        os.close(fd)
 
 
 def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
     result = Plan()
-    touched: dict[Path, str] = {}
+    touched: set[str] = set()
 
-    def claim(requested: str) -> tuple[Path, str]:
-        path = ws.resolve(requested)
-        shown = ws.show(path)
-        if path in touched:
+    def claim(requested: str) -> _Claimed:
+        try:
+            location = ws.locate(requested)
+        except (FileNotFoundError, NotADirectoryError):
+            # its folder does not exist (yet): a new file, made with its folders at commit
+            rel = ws.relative(requested)
+            ws.guard(rel, requested)
+            original, mode = None, None
+        else:
+            try:
+                rel = location.rel
+                original = _read_original(location, ws.show(rel))
+                mode = stat.S_IMODE(location.stat.st_mode) if location.stat is not None else None
+            finally:
+                location.close()
+        shown = ws.show(rel)
+        if rel in touched:
             raise PatchError(f"{shown} appears twice in the patch; put all its changes in one section")
-        touched[path] = shown
-        if path.is_dir():
-            raise PatchError(f"{shown} is a folder, not a file")
-        result.originals[path] = path.read_bytes() if path.exists() else None
-        return path, shown
+        touched.add(rel)
+        result.originals[rel] = original
+        return _Claimed(rel, shown, mode)
 
     for op in ops:
-        path, shown = claim(op.path)
+        claimed = claim(op.path)
+        rel, shown = claimed.rel, claimed.shown
+        exists = result.originals[rel] is not None
         if op.kind == "add":
-            if path.exists():
+            if exists:
                 raise PatchError(f"Add File {shown}: it already exists; use Update File to change it")
-            result.writes[path] = ("".join(line + "\n" for line in op.content).encode("utf-8"), None)
+            result.writes[rel] = ("".join(line + "\n" for line in op.content).encode("utf-8"), None)
             result.changes.append({"action": "add", "path": shown, "moved_to": None})
         elif op.kind == "delete":
-            if not path.exists():
+            if not exists:
                 raise PatchError(f"Delete File {shown}: no such file")
-            result.deletes.append(path)
+            result.deletes.append(rel)
             result.changes.append({"action": "delete", "path": shown, "moved_to": None})
         else:
-            if not path.exists():
+            original = result.originals[rel]
+            if original is None:
                 raise PatchError(f"Update File {shown}: no such file (use Add File to create it)")
-            new_text = apply_hunks(read_text(path, shown), op.hunks, shown)
+            new_text = apply_hunks(decode_text(original, shown), op.hunks, shown)
             data = new_text.encode("utf-8")
             if op.move_to is None:
-                result.writes[path] = (data, None)
+                result.writes[rel] = (data, None)
                 result.changes.append({"action": "update", "path": shown, "moved_to": None})
                 continue
-            target, target_shown = claim(op.move_to)
-            if target.exists():
-                raise PatchError(f"Move to {target_shown}: it already exists")
-            result.writes[target] = (data, stat.S_IMODE(path.stat().st_mode))
-            result.deletes.append(path)
-            result.changes.append({"action": "update", "path": shown, "moved_to": target_shown})
+            target = claim(op.move_to)
+            if result.originals[target.rel] is not None:
+                raise PatchError(f"Move to {target.shown}: it already exists")
+            result.writes[target.rel] = (data, claimed.mode)
+            result.deletes.append(rel)
+            result.changes.append({"action": "update", "path": shown, "moved_to": target.shown})
     return result
 
 
 # -- 3. commit ------------------------------------------------------------------------------
 
 
-def _restore(path: Path, original: bytes | None) -> None:
-    if original is None:
-        path.unlink(missing_ok=True)
-    else:
-        os.replace(stage(path, original), path)
-
-
-def _undo(staged: dict[Path, Path], created: list[Path]) -> None:
-    """Remove staged temporary files and the folders made for them (deepest first)."""
-    for tmp in staged.values():
-        tmp.unlink(missing_ok=True)
-    for folder in sorted(created, key=lambda p: len(p.parts), reverse=True):
-        with contextlib.suppress(OSError):
-            folder.rmdir()
-
-
-def commit(done_plan: Plan) -> None:
-    """Make the plan true on disk, or leave the disk as it was and raise PatchError."""
-    staged: dict[Path, Path] = {}
-    created: list[Path] = []
+def _in_place(ws: Workspace, rel: str, dir_fd: int) -> Location:
+    """A Location for `rel` in its folder's fd, as it is now (not following a symlink)."""
+    name = rel.rpartition("/")[2]
     try:
-        for path, (data, mode) in done_plan.writes.items():
-            created.extend(make_parents(path))
-            staged[path] = stage(path, data, mode)
+        found: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        found = None
+    return Location(dir_fd, name, rel, found)
+
+
+def _restore(ws: Workspace, rel: str, original: bytes | None) -> None:
+    with ws.in_folder(rel.rpartition("/")[0]) as dir_fd:
+        if original is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(rel.rpartition("/")[2], dir_fd=dir_fd)
+        else:
+            atomic_write(_in_place(ws, rel, dir_fd), original)
+
+
+def _undo(ws: Workspace, staged: dict[str, str], created: list[str]) -> None:
+    """Remove staged temporary files and the folders made for them (deepest first)."""
+    for rel, tmp in staged.items():
+        with contextlib.suppress(OSError, FileToolError), ws.in_folder(rel.rpartition("/")[0]) as dir_fd:
+            discard(_in_place(ws, rel, dir_fd), tmp)
+    for folder in sorted(created, key=lambda p: p.count("/"), reverse=True):
+        parent, _, name = folder.rpartition("/")
+        with contextlib.suppress(OSError, FileToolError), ws.in_folder(parent) as dir_fd:
+            os.rmdir(name, dir_fd=dir_fd)
+
+
+def commit(ws: Workspace, done_plan: Plan) -> None:
+    """Make the plan true on disk, or leave the disk as it was and raise PatchError.
+
+    Each file's folder is opened beneath the workspace when it is staged and again when it is
+    renamed into place, so no fd is held per file (a patch of thousands of files is fine)."""
+    staged: dict[str, str] = {}  # real rel of the target -> name of its staged file, beside it
+    created: list[str] = []
+    try:
+        for rel, (data, mode) in done_plan.writes.items():
+            location = ws.locate(rel, create_parents=True)
+            try:
+                created.extend(location.created)
+                if location.rel != rel:  # a symlink appeared at the target since the plan
+                    raise FileToolError(f"{ws.show(rel)} changed while the patch was applied")
+                staged[rel] = stage(location, data, mode)
+            finally:
+                location.close()
     except (OSError, FileToolError) as exc:
-        _undo(staged, created)
+        _undo(ws, staged, created)
         why = f"cannot write {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
         raise PatchError(f"{why}; nothing was changed") from None
 
-    finished: list[Path] = []
+    finished: list[str] = []
     try:
-        for path, tmp in staged.items():
-            os.replace(tmp, path)
-            finished.append(path)
-        for path in done_plan.deletes:
-            path.unlink()
-            finished.append(path)
-    except OSError as exc:
-        for path in reversed(finished):
-            _restore(path, done_plan.originals[path])
-        _undo(staged, created)
-        raise PatchError(f"cannot change {exc.filename}: {exc.strerror}; every change was undone") from None
+        for rel, tmp in list(staged.items()):
+            with ws.in_folder(rel.rpartition("/")[0]) as dir_fd:
+                commit_staged(_in_place(ws, rel, dir_fd), tmp)
+            del staged[rel]
+            finished.append(rel)
+        for rel in done_plan.deletes:
+            with ws.in_folder(rel.rpartition("/")[0]) as dir_fd:
+                os.unlink(rel.rpartition("/")[2], dir_fd=dir_fd)
+            finished.append(rel)
+    except (OSError, FileToolError) as exc:
+        for rel in reversed(finished):
+            with contextlib.suppress(OSError, FileToolError):
+                _restore(ws, rel, done_plan.originals[rel])
+        _undo(ws, staged, created)
+        where = exc.filename if isinstance(exc, OSError) else None
+        why = f"cannot change {where}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        raise PatchError(f"{why}; every change was undone") from None
 
 
 # -- the tool -------------------------------------------------------------------------------
@@ -392,7 +495,7 @@ def apply_patch(ws: Workspace, settings: Settings, arguments: dict[str, Any]) ->
     if not ops:
         raise PatchError("the patch has no file sections: nothing to do")
     the_plan = plan(ws, ops)
-    commit(the_plan)
+    commit(ws, the_plan)
     marks = {"add": "A", "update": "M", "delete": "D"}
     lines = [f"{marks[c['action']]} {c['path']}" + (f" -> {c['moved_to']}" if c["moved_to"] else "")
              for c in the_plan.changes]

@@ -1,21 +1,28 @@
 """The tools that search many files: glob (find files by name) and grep (find lines by regex).
 
-Both walk the workspace the confined way (`Workspace.walk_files`): symlinked folders are not
-entered, symlinks that lead out are skipped, and folders named in the `exclude` setting are left
-out. Results name paths relative to the workspace root, ready to pass to read or edit.
+Both walk the workspace the confined way (`Workspace.walk_files`): from folder fd to folder fd,
+never into a symlinked folder; symlinks that lead out are skipped, and so are folders named in
+the `exclude` setting and the session folder. Results name paths relative to the workspace
+root, ready to pass to read or edit. Patterns are compiled by RE2 (`_patterns`): matching takes
+time linear in the text, whatever a model writes.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
-from pathlib import Path
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from typing import Any
 
 from nexus_core import ToolResult
 
-from ._fileio import SNIFF_BYTES, looks_binary
-from ._paths import FileToolError, Workspace
+from . import _patterns
+from ._beneath import READ_FILE
+from ._fileio import SNIFF_BYTES, check_regular, looks_binary
+from ._paths import FileToolError, Found, Workspace
+from ._patterns import compile_glob, subject
 from ._settings import Settings
 
 #: grep shows at most this much of a matching line: a minified file's one line can be megabytes
@@ -24,79 +31,19 @@ MAX_LINE_CHARS = 500
 FOLDER_TEXT = "Folder to search, relative to the workspace root (default: the root)."
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """A regex for a glob over `/`-separated paths.
-
-    `*` and `?` stay within one path segment, `**` as a whole segment spans any number of them
-    (`**/*.py` matches `a.py` and `x/y/a.py`), `[abc]` and `[!abc]` are character classes and
-    `{py,pyi}` is a choice. Hidden files match like any other.
-    """
-    return re.compile(_translate(pattern) + r"\Z")
-
-
-def _closing_brace(pattern: str, start: int) -> int:
-    depth = 0
-    for i in range(start, len(pattern)):
-        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
-        if depth == 0:
-            return i
-    return -1
-
-
-def _split_choices(body: str) -> list[str]:
-    choices, depth, current = [], 0, ""
-    for ch in body:
-        if ch == "," and depth == 0:
-            choices.append(current)
-            current = ""
-            continue
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        current += ch
-    return [*choices, current]
-
-
-def _translate(pattern: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        at_segment_start = i == 0 or pattern[i - 1] == "/"
-        if pattern.startswith("**", i) and at_segment_start and pattern[i + 2:i + 3] in ("", "/"):
-            if i + 2 == len(pattern):
-                out.append(".*")
-                i += 2
-            else:
-                out.append("(?:.*/)?")  # `**/`: no folder, or any number of them
-                i += 3
-        elif ch == "*":
-            out.append("[^/]*")
-            i += 1
-        elif ch == "?":
-            out.append("[^/]")
-            i += 1
-        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1:end]
-            negate = body.startswith("!")
-            body = re.sub(r"([\\\[\]^])", r"\\\1", body[1:] if negate else body)
-            out.append("[" + ("^" if negate else "") + body + "]")
-            i = end + 1
-        elif ch == "{" and (end := _closing_brace(pattern, i)) != -1:
-            out.append("(?:" + "|".join(_translate(c) for c in _split_choices(pattern[i + 1:end])) + ")")
-            i = end + 1
-        else:
-            out.append(re.escape(ch))
-            i += 1
-    return "".join(out)
-
-
-def _folder(ws: Workspace, requested: str) -> tuple[Path, str]:
-    path = ws.resolve(requested)
-    shown = ws.show(path)
-    if not path.exists():
+def _folder(ws: Workspace, requested: str) -> tuple[str, str]:
+    """(real rel, shown) of the folder `requested` names, or FileToolError."""
+    kind, rel = ws.kind(requested)
+    shown = ws.show(rel)
+    if kind == "missing":
         raise FileToolError(f"{shown}: no such folder")
-    if not path.is_dir():
+    if kind != "dir":
         raise FileToolError(f"{shown} is a file, not a folder")
-    return path, shown
+    return rel, shown
+
+
+def _below(base: str, rel: str) -> str:
+    return rel[len(base) + 1:] if base else rel
 
 
 # -- glob -----------------------------------------------------------------------------------
@@ -121,7 +68,8 @@ GLOB_OUTPUT: dict[str, Any] = {
         "paths": {"type": "array", "items": {"type": "string"},
                   "description": "matching files, relative to the workspace root: each folder's "
                                  "files by name, then its subfolders'"},
-        "truncated": {"type": "boolean", "description": "more files match than were returned"},
+        "truncated": {"type": "boolean", "description": "more files may match than were returned (the limit, "
+                                                       "or max_search_seconds, was reached)"},
     },
     "required": ["paths", "truncated"],
     "additionalProperties": False,
@@ -138,21 +86,29 @@ def glob(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise FileToolError(f"pattern {pattern!r} is matched against paths below `path`, so it cannot start "
                             "with / or contain '..'; set `path` to the folder to search instead")
+    regex = compile_glob(pattern)
     base, shown = _folder(ws, arguments.get("path", "."))
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
-    regex = compile_glob(pattern)
     # Without `**` (or a choice that may hide one) a pattern fixes the depth: walk no deeper.
     depth = None if "**" in pattern or "{" in pattern else pattern.count("/") + 1
     found: list[str] = []
-    for file in ws.walk_files(base, settings.exclude, depth):
-        if regex.match(file.relative_to(base).as_posix()):
-            found.append(file.relative_to(ws.root).as_posix())
-            if len(found) > limit:
+    deadline = _Deadline(settings.max_search_seconds)
+    try:
+        for file in ws.walk_files(base, settings.exclude, depth):
+            if deadline.check():
                 break
-    truncated = len(found) > limit
+            if regex.match(subject(_below(base, file.rel))):
+                found.append(file.rel)
+                if len(found) > limit:
+                    break
+    finally:
+        _patterns.purge()
+    truncated = len(found) > limit or deadline.passed
     paths = found[:limit]
     lines = list(paths)
-    if not paths:
+    if deadline.passed:
+        lines.append(deadline.note("glob"))
+    elif not paths:
         lines.append(f"[no files match {pattern!r} under {shown}]")
     elif truncated:
         lines.append(f"[showing the first {limit} matches; narrow the pattern or path for the rest]")
@@ -166,7 +122,8 @@ GREP_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "pattern": {"type": "string", "minLength": 1,
-                    "description": "Regular expression (Python syntax) searched for in each line."},
+                    "description": "Regular expression searched for in each line: Python's syntax, matched by "
+                                   "RE2, so without backreferences or lookaround."},
         "path": {"type": "string", "default": ".",
                  "description": "File or folder to search, relative to the workspace root (default: the root)."},
         "include": {"type": "string",
@@ -193,7 +150,8 @@ GREP_OUTPUT: dict[str, Any] = {
             "required": ["path", "line", "text"],
             "additionalProperties": False,
         }},
-        "truncated": {"type": "boolean", "description": "there are more matches than were returned"},
+        "truncated": {"type": "boolean", "description": "there may be more matches than were returned (the "
+                                                       "limit, or max_search_seconds, was reached)"},
     },
     "required": ["matches", "truncated"],
     "additionalProperties": False,
@@ -205,56 +163,186 @@ GREP_DESCRIPTION = (
 )
 
 
-def _lines(path: Path) -> Iterable[tuple[int, str]]:
-    """(number, text) of each line of a text file; nothing for a binary or unreadable one."""
+def _pieces(fd: int, size: int, whole: tuple[Any, bool] | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, piece, is the line's first piece) of a text file's lines; nothing for a
+    binary, irregular or unreadable one. A line longer than `size` bytes comes in pieces, so
+    memory and the cost of one search stay bounded whatever the file holds.
+
+    With `whole` (from `_whole_file_regex`), a file of at most `size` bytes of UTF-8 is first
+    searched whole, in one RE2 call, and yields nothing when that finds nothing: most files of a
+    search do not match, and one call on the whole text is far cheaper than one per line."""
     try:
-        with open(path, "rb") as f:
+        check_regular(fd, "")  # a FIFO or a device: not searched
+        with open(fd, "rb", closefd=False) as f:
             if looks_binary(f.read(SNIFF_BYTES)):
                 return
             f.seek(0)
-            for number, raw in enumerate(f, 1):
-                yield number, raw.decode("utf-8", "replace").rstrip("\r\n")
-    except OSError:
-        return  # unreadable (permissions, vanished mid-walk): not a match, not a failure
+            if whole is not None:
+                regex, no_cr = whole
+                text = f.read(size + 1)
+                if (len(text) <= size and _is_utf8(text) and not (no_cr and b"\r" in text)
+                        and not regex.search(text)):
+                    return
+                f.seek(0)
+            number, first = 0, True
+            while piece := f.readline(size):
+                if first:
+                    number += 1
+                yield number, piece, first
+                first = piece.endswith(b"\n") or len(piece) < size
+    except (OSError, FileToolError):
+        return  # unreadable (permissions, vanished mid-walk), or not a file: not a match, not a failure
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: `\A`, `\z` and `\Z` mean the start and end of a line to grep, of the text to a search of a
+#: whole file: with one (anywhere, even escaped: conservative), files are searched line by line only
+_TEXT_ANCHORS = re.compile(r"\\[AzZ]")
+
+
+def _whole_file_regex(pattern: str, regex: Any, ignore_case: bool) -> tuple[Any, bool] | None:
+    """The regex that searches a whole file for `_pieces`' first look, and whether it is only
+    valid for files without `\\r`; None when a whole-file search could miss a line that matches.
+
+    A pattern without anchors matches a line only where it matches the text around it. With `^`
+    or `$`, multi-line mode makes them match at line starts and ends, which is what they mean on
+    one line, as long as no line ends with `\\r` (grep strips it from a line, `$` would stop before it)."""
+    if _TEXT_ANCHORS.search(pattern):
+        return None
+    if "^" not in pattern and "$" not in pattern:
+        return regex, False
+    try:
+        return _patterns.compile_regex("(?m)" + pattern, ignore_case), True
+    except FileToolError:
+        return None
+
+
+def _searchable(piece: bytes) -> bytes:
+    """The piece as RE2 reads it: UTF-8 as it is; a line with bytes that are not UTF-8 decoded with
+    U+FFFD for them (as Python's `re` over decoded text saw it), so `.` still matches there."""
+    if _is_utf8(piece):
+        return piece
+    return piece.decode("utf-8", "replace").encode("utf-8")
+
+
+class _Deadline:
+    """When a search must stop: `max_search_seconds` after it started."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self.passed = False
+
+    def check(self) -> bool:
+        """True (and from then on) once the time is up."""
+        if not self.passed and time.monotonic() >= self.at:
+            self.passed = True
+        return self.passed
+
+    def note(self, tool: str) -> str:
+        return (f"[{tool} stopped after max_search_seconds={self.seconds:g}: what was found so far is shown; "
+                "narrow the pattern, path or include]")
+
+
+def _files_to_search(ws: Workspace, base: str, kind: str, settings: Settings, wanted: Callable[[str], bool],
+                     deadline: _Deadline) -> Generator[tuple[str, int]]:
+    """(rel, an fd to read) of each file grep searches (those `wanted` says yes to), until the
+    deadline; the caller closes each fd."""
+    if kind == "file":
+        if wanted(base):
+            opened = ws.open(base, READ_FILE)
+            yield opened.rel, opened.fd
+        return
+    found: Found
+    for found in ws.walk_files(base, settings.exclude):
+        if deadline.check():
+            return
+        if not wanted(found.rel):
+            continue
+        try:
+            fd = found.open_read()
+        except (OSError, FileToolError):
+            continue  # vanished, swapped, unreadable
+        yield found.rel, fd
+
+
+#: bytes of a line kept to show it: enough for MAX_LINE_CHARS characters of any UTF-8
+_HEAD_BYTES = 4 * MAX_LINE_CHARS + 4
+
+
+def _search_file(fd: int, rel: str, regex: Any, matches: list[dict[str, Any]], most: int,
+                 deadline: _Deadline, whole: tuple[Any, bool] | None) -> None:
+    """Add the matching lines of one file to `matches`, stopping past `most` or the deadline."""
+    matched_line = 0
+    head = b""
+    for number, piece, first in _pieces(fd, _patterns.piece_bytes(regex), whole):
+        if deadline.check():
+            return
+        if first:
+            head = piece[:_HEAD_BYTES]
+        if number == matched_line:
+            continue  # the rest of a long line that already matched
+        if regex.search(_searchable(piece.rstrip(b"\r\n"))):  # the line, without its end
+            matched_line = number
+            text = head.decode("utf-8", "replace").rstrip("\r\n")
+            if len(text) > MAX_LINE_CHARS:
+                text = text[:MAX_LINE_CHARS] + "…"
+            matches.append({"path": rel, "line": number, "text": text})
+            if len(matches) > most:
+                return
 
 
 def grep(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
     pattern: str = arguments["pattern"]
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if arguments.get("ignore_case") else 0)
-    except re.error as exc:
-        raise FileToolError(f"invalid regular expression {pattern!r}: {exc}") from None
-    base = ws.resolve(arguments.get("path", "."))
-    shown = ws.show(base)
-    if not base.exists():
-        raise FileToolError(f"{shown}: no such file or folder")
+    ignore_case = bool(arguments.get("ignore_case"))
+    regex = _patterns.compile_regex(pattern, ignore_case)
+    whole = _whole_file_regex(pattern, regex, ignore_case)
     include: str = arguments.get("include", "")
     include_regex = compile_glob(include) if include else None
     include_by_name = "/" not in include  # `*.py` names files; `src/**/*.py` places them
+    kind, base = ws.kind(arguments.get("path", "."))
+    shown = ws.show(base)
+    if kind == "missing":
+        raise FileToolError(f"{shown}: no such file or folder")
+    if kind == "other":
+        raise FileToolError(f"{shown} is neither a regular file nor a folder")
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
-    files = [base] if base.is_file() else ws.walk_files(base, settings.exclude)
+
+    def wanted(rel: str) -> bool:
+        if include_regex is None:
+            return True
+        name = rel.rpartition("/")[2] if include_by_name else (_below(base, rel) or ".")
+        return include_regex.match(subject(name)) is not None
 
     matches: list[dict[str, Any]] = []
-    for file in files:
-        if include_regex is not None:
-            subject = file.name if include_by_name else file.relative_to(base).as_posix()
-            if not include_regex.match(subject):
-                continue
-        shown_file = file.relative_to(ws.root).as_posix()
-        for number, text in _lines(file):
-            if regex.search(text):
-                if len(text) > MAX_LINE_CHARS:
-                    text = text[:MAX_LINE_CHARS] + "…"
-                matches.append({"path": shown_file, "line": number, "text": text})
-                if len(matches) > limit:
+    deadline = _Deadline(settings.max_search_seconds)
+    try:
+        with closing(_files_to_search(ws, base, kind, settings, wanted, deadline)) as files:
+            for rel, fd in files:
+                try:
+                    _search_file(fd, rel, regex, matches, limit, deadline, whole)
+                finally:
+                    os.close(fd)
+                if len(matches) > limit or deadline.check():
                     break
-        if len(matches) > limit:
-            break
+    finally:
+        _patterns.purge()
 
-    truncated = len(matches) > limit
+    truncated = len(matches) > limit or deadline.passed
     matches = matches[:limit]
     lines = [f"{m['path']}:{m['line']}:{m['text']}" for m in matches]
-    if not matches:
+    if deadline.passed:
+        lines.append(deadline.note("grep"))
+    elif not matches:
         where = f"{shown} (files matching {include!r})" if include else shown
         lines.append(f"[no lines match {pattern!r} in {where}]")
     elif truncated:

@@ -23,6 +23,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                         "description": "the most paths, matches or entries glob, grep and list return"},
         "exclude": {"type": "array", "items": {"type": "string"}, "default": DEFAULT_EXCLUDE,
                     "description": "folder names glob and grep skip"},
+        "max_search_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 30,
+                               "description": "glob and grep stop after this long and return what they found"},
     },
 }
 
@@ -34,6 +36,7 @@ class Settings:
     max_read_bytes: int
     max_results: int
     exclude: frozenset[str]
+    max_search_seconds: float
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Settings:
@@ -44,4 +47,5 @@ class Settings:
             max_read_bytes=config["max_read_bytes"],
             max_results=config["max_results"],
             exclude=frozenset(config["exclude"]),
+            max_search_seconds=float(config["max_search_seconds"]),
         )

@@ -9,8 +9,9 @@ the workspace and returns its stdout, stderr and exit code.
         env_allowlist: [PATH, HOME, LANG, "LC_*"]   # host variables the command sees
         env: {PAGER: cat}          # fixed variables for every command
 
-The shell is not a sandbox: only its starting folder is confined to the workspace, and a command
-can read and write whatever the host user can. There is no `read_only` setting for that reason; a
+The shell is not a sandbox: only its starting folder is confined to the workspace (and kept out
+of the session folder, when a config puts that inside the workspace), and a command can read and
+write whatever the host user can. There is no `read_only` setting for that reason; a
 read-only agent leaves this plugin out (`plugins.blocked: [nexus.tool.shell]`). See
 docs/tool-shell.md.
 """
@@ -125,17 +126,23 @@ def command_env(allowlist: list[str], fixed: Mapping[str, str]) -> dict[str, str
     return env
 
 
-def resolve_workdir(workspace: Path, requested: str | None) -> Path:
-    """The real folder `requested` names, which must be inside the workspace.
+def resolve_workdir(workspace: Path, requested: str | None, session_dir: Path | None = None) -> Path:
+    """The real folder `requested` names, which must be inside the workspace and not inside the
+    session folder (when a config puts that inside the workspace).
 
     Resolving symlinks first means `..`, absolute paths and symlinks that lead out are all caught
-    by one containment check. Raises ValueError with a message for the model.
+    by one containment check. Raises ValueError with a message for the model. This only picks
+    where a command starts: the command itself can go anywhere the host user can.
     """
     root = Path(os.path.realpath(workspace))
     target = Path(os.path.realpath(root / requested)) if requested else root
     if not target.is_relative_to(root):
         raise ValueError(f"workdir {requested!r} is outside the workspace ({root}); "
                          "commands start inside it")
+    if session_dir is not None and target.is_relative_to(os.path.realpath(session_dir)):
+        where = f"workdir {requested!r}" if requested else f"the workspace {root}"
+        raise ValueError(f"{where} is inside the session folder ({session_dir}), where run records are "
+                         "kept; the shell does not start commands there")
     if not target.is_dir():
         raise ValueError(f"workdir {requested!r} is not a folder in the workspace" if requested
                          else f"the workspace {root} is not a folder; create it, or configure another")
@@ -159,16 +166,17 @@ def summarize(done: Completed, timeout: float) -> str:
     return "\n".join(parts) if parts else "[no output]"
 
 
-def make_handler(config: Mapping[str, Any], workspace: Path) -> Callable[[dict[str, Any]], ToolResult]:
-    """The `shell` handler for one Nexus: a closure over its settings and workspace, so one
-    plugin module can serve many Nexus instances with different configs."""
+def make_handler(config: Mapping[str, Any], workspace: Path,
+                 session_dir: Path | None = None) -> Callable[[dict[str, Any]], ToolResult]:
+    """The `shell` handler for one Nexus: a closure over its settings, workspace and session
+    folder, so one plugin module can serve many Nexus instances with different configs."""
     shell = find_shell(config["shell"])
     default_timeout: float = config["timeout_seconds"]
     cap: int = config["max_output_bytes"]
 
     def shell_handler(arguments: dict[str, Any]) -> ToolResult:
         try:
-            cwd = resolve_workdir(workspace, arguments.get("workdir"))
+            cwd = resolve_workdir(workspace, arguments.get("workdir"), session_dir)
         except ValueError as exc:
             return failure(str(exc))
         timeout = float(arguments.get("timeout", default_timeout))
@@ -200,12 +208,26 @@ def nexus_config_schema() -> dict[str, Any]:
 
 
 @hookimpl
+def nexus_doctor(nexus: Nexus) -> list[str]:
+    """The shell is no sandbox: say where its commands start, and warn when run records are
+    within their reach by default."""
+    root = Path(os.path.realpath(nexus.config.workspace))
+    session = Path(os.path.realpath(nexus.config.session_dir))
+    lines = [f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
+             "whatever the host user can"]
+    if session.is_relative_to(root):
+        lines.append(f"warning: the session folder ({nexus.config.session_dir}) is inside the workspace: the shell "
+                     "refuses to start a command there, but a command can cd to it; keep it outside")
+    return lines
+
+
+@hookimpl
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     config = nexus.plugin_config(PLUGIN_ID)
     if config["timeout_seconds"] > config["max_timeout_seconds"]:
         raise ValueError(f"plugins.{PLUGIN_ID}.timeout_seconds ({config['timeout_seconds']:g}) is more than "
                          f"max_timeout_seconds ({config['max_timeout_seconds']:g})")
-    handler = make_handler(config, nexus.config.workspace)
+    handler = make_handler(config, nexus.config.workspace, nexus.config.session_dir)
     schema = input_schema(config["timeout_seconds"], config["max_timeout_seconds"])
     text = description(config["max_output_bytes"])
     # MCP's tool hints: a command can change anything, and reach beyond the machine.

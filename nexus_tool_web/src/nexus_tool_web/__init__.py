@@ -19,18 +19,33 @@ docs/tool-web.md.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nexus_core import Nexus, hookimpl
+from nexus_core import hookimpl
 
-from ._net import Resolver, system_resolver
 from ._settings import CONFIG_SCHEMA, Settings
-from ._tool import webfetch_tool
+
+if TYPE_CHECKING:
+    from nexus_core import Nexus
+
+    from ._net import Resolver, system_resolver
+    from ._tool import webfetch_tool
 
 PLUGIN_ID = "nexus.tool.web"
 
 __all__ = ["PLUGIN_ID", "Resolver", "Settings", "system_resolver", "webfetch_tool"]
+
+#: httpx, httpcore and the HTML libraries load when the tool is made, not when `nexus --help`
+#: imports every plugin's top module
+_LAZY = {"Resolver": "._net", "system_resolver": "._net", "webfetch_tool": "._tool"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
@@ -40,4 +55,6 @@ def nexus_config_schema() -> dict[str, Any]:
 
 @hookimpl
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    from ._tool import webfetch_tool
+
     register(webfetch_tool(Settings.from_config(nexus.plugin_config(PLUGIN_ID))))

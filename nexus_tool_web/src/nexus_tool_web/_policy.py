@@ -15,8 +15,10 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:  # httpx loads with the tool, not when the plugin's settings are read
+    import httpx
 
 from ._errors import Refused
 
@@ -130,6 +132,8 @@ def nonstandard_ipv4(host: str) -> IPv4Address | None:
 def normalize_host(host: str) -> str:
     """A host name as it is compared with the lists: lower case, the ASCII (IDNA) form that goes
     on the wire, no trailing dot."""
+    import httpx
+
     raw = httpx.URL(f"http://{host}/").raw_host.decode("ascii")
     return raw.lower().rstrip(".")
 
@@ -155,6 +159,8 @@ class HostRule:
         candidate = stripped[2:] if subdomains else stripped
         name = ""
         if candidate and not set(candidate) & set("/?#@:[]%\\ "):  # a name, not a URL or host:port
+            import httpx
+
             try:
                 name = normalize_host(candidate)
             except (httpx.InvalidURL, ValueError):

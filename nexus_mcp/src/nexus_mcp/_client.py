@@ -1,0 +1,329 @@
+"""The MCP servers of one Nexus and their tools in its registry.
+
+`McpClient` owns the event-loop thread, one `ServerConnection` per configured server, and the
+table of which Nexus tool is which server's tool. Tool lists come from a server when it starts
+(and again when it says its list changed), or, for a lazy server not started yet, from the list
+cached at its last start; each list is applied to the registry as a difference (tools added,
+replaced, removed), so the registry observers (run_code's bindings) follow every change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from nexus_core._plugins import describe_exception
+
+from nexus_core import Nexus, ToolDef, ToolRegistrationError, ToolResult
+
+from ._config import PLUGIN_ID, ServerConfig
+from ._loop import LoopThread
+from ._tools import MCP_SERVER, nexus_tool_name, to_tooldef, tool_name
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    from ._connection import ServerConnection
+
+log = logging.getLogger("nexus_mcp")
+
+#: the format of a server's cached tool list; another value is not read
+CACHE_VERSION = 1
+#: how long stopping the servers may take (each run's own stop is bounded by the SDK: see
+#: `_connection.STOP_SECONDS`)
+CLOSE_SECONDS = 13.0
+
+
+@attrs.frozen
+class ServerStatus:
+    """What `McpClient.status()` (and `nexus doctor`) reports of one server."""
+
+    name: str
+    transport: str
+    target: str
+    start: str
+    running: bool
+    starts: int
+    tools: tuple[str, ...]
+    protocol_version: str | None = None
+    tools_from_cache: bool = False
+    error: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+def _comparable(tool: ToolDef) -> str:
+    return json.dumps([tool.description, tool.input_schema, tool.output_schema, tool.annotations],
+                      sort_keys=True, default=str)
+
+
+class McpClient:
+    """The configured MCP servers of `nexus`, and the tools they give it."""
+
+    def __init__(self, nexus: Nexus, servers: list[ServerConfig]) -> None:
+        self.nexus = nexus
+        self.folder = Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID
+        self._loop = LoopThread(f"nexus-mcp-{id(self):x}")
+        self._lock = threading.RLock()  # one registry update at a time
+        self._register: Any = None
+        self._closed = False
+        self.configs: dict[str, ServerConfig] = {s.name: s for s in servers}
+        #: made on first use: until a server starts or is called, the MCP SDK is not imported
+        self._connections: dict[str, ServerConnection] = {}
+        #: Nexus tool name -> (server, the server's name for the tool)
+        self._owners: dict[str, tuple[str, str]] = {}
+        #: server -> {Nexus tool name: the ToolDef registered for it}
+        self._registered: dict[str, dict[str, ToolDef]] = {s.name: {} for s in servers}
+        self._from_cache: set[str] = set()
+        self._problems: dict[str, list[str]] = {s.name: [] for s in servers}
+        #: while the Nexus starts: the listings of the servers started with it, by server
+        self._deferred: dict[str, list[dict[str, Any]]] | None = None
+
+    # -- start ------------------------------------------------------------------------------
+
+    def register_tools(self, register: Any) -> None:
+        """Give the Nexus every server's tools: an eager server (and a lazy one with no usable
+        cache) is started now, all of them at once; a lazy one with a cached list is not."""
+        self._register = register
+        to_start = []
+        for name, config in self.configs.items():
+            cached = self._read_cache(config)
+            if config.start == "lazy" and cached is not None:
+                self._apply(name, cached, from_cache=True)
+            else:
+                to_start.append(self.connection(name))
+        if not to_start:
+            return
+        from ._connection import STOP_SECONDS, _describe
+
+        deadline = max(c.config.start_timeout_seconds for c in to_start) + STOP_SECONDS
+        # the servers start at once, and finish in any order; their tools are registered in the
+        # order of the config, so which of two colliding names wins does not depend on timing
+        self._deferred = {}
+        try:
+            outcomes = self._loop.run(self._start_all(to_start), timeout=deadline)
+        finally:
+            deferred, self._deferred = self._deferred, None
+        for name in self.configs:
+            if name in deferred:
+                self._apply(name, deferred[name])
+        for connection, outcome in zip(to_start, outcomes):
+            if not isinstance(outcome, BaseException):
+                continue
+            cached = self._read_cache(connection.config)
+            tail = ("; its tools are listed from the cache of its last start, and a call starts it again"
+                    if cached is not None else "; it has no tools until a Nexus starts it (nexus doctor shows this)")
+            log.warning("nexus.mcp.client: %s%s", _describe(outcome), tail)
+            if cached is not None:
+                self._apply(connection.name, cached, from_cache=True)
+
+    def connection(self, server: str) -> ServerConnection:
+        """The connection of a configured server (made on first use)."""
+        connection = self._connections.get(server)
+        if connection is None:
+            from . import __version__
+            from ._connection import ServerConnection
+
+            with self._lock:
+                connection = self._connections.get(server)
+                if connection is None:
+                    import mcp_types
+
+                    info = mcp_types.Implementation(name="nexus", version=__version__)
+                    connection = ServerConnection(self.configs[server], self.folder / f"{server}.log",
+                                                  self._on_listing, info)
+                    self._connections[server] = connection
+        return connection
+
+    async def _start_all(self, connections: list[ServerConnection]) -> list[Any]:
+        return await asyncio.gather(*(c.client() for c in connections), return_exceptions=True)
+
+    # -- the registry -------------------------------------------------------------------------
+
+    async def _on_listing(self, connection: ServerConnection, tools: list[types.Tool]) -> None:
+        """A running server's tool list (at its start, or after it said it changed): apply it off
+        the loop (registry observers may do anything, even call a tool), and cache it."""
+        from ._convert import tool_json
+
+        listing = [tool_json(t) for t in tools]
+        deferred = self._deferred
+        if deferred is not None:  # the servers starting with the Nexus: applied in config order
+            deferred[connection.name] = listing
+        else:
+            await asyncio.to_thread(self._apply, connection.name, listing, False)
+        await asyncio.to_thread(self._write_cache, connection.config, listing)
+
+    def _apply(self, server: str, tools: list[dict[str, Any]], from_cache: bool = False) -> None:
+        """Make the registry hold exactly `tools` for `server`: add the new ones, replace the
+        changed ones, remove the ones gone. A tool whose name collides with another's, or that the
+        registry refuses, is left out and reported; the others still register."""
+        if self._closed:
+            return
+        with self._lock:
+            problems: list[str] = []
+            wanted: dict[str, ToolDef] = {}
+            origin: dict[str, str] = {}
+            for tool in tools:
+                try:
+                    mcp_name = tool_name(tool)
+                except ValueError as exc:
+                    problems.append(f"MCP server {server!r}: {exc}")
+                    continue
+                name = nexus_tool_name(server, mcp_name)
+                owner = self._owners.get(name)
+                if name in wanted or (owner is not None and owner[0] != server):
+                    other_server, other_tool = (server, origin[name]) if name in wanted else owner  # type: ignore[misc]
+                    problems.append(
+                        f"tool name {name!r} collides: MCP server {other_server!r} tool {other_tool!r} and MCP "
+                        f"server {server!r} tool {mcp_name!r} both become {name!r}; the second is left out "
+                        "(rename one of the servers in the config)")
+                    continue
+                try:
+                    wanted[name] = to_tooldef(server, tool, functools.partial(self.call, server, mcp_name))
+                except Exception as exc:  # noqa: BLE001 (a server's odd tool must not stop the others)
+                    problems.append(f"MCP server {server!r} tool {mcp_name!r} is left out: {describe_exception(exc)}")
+                    continue
+                origin[name] = mcp_name
+            current = self._registered[server]
+            for name in [n for n in current if n not in wanted]:
+                self.nexus.remove_tool(name)
+                del current[name]
+                self._owners.pop(name, None)
+            for name, tooldef in wanted.items():
+                try:
+                    if name in current:
+                        if _comparable(current[name]) != _comparable(tooldef):
+                            self.nexus.replace_tool(tooldef, plugin=PLUGIN_ID)
+                    else:
+                        self._register(tooldef)
+                except ToolRegistrationError as exc:
+                    problems.append(f"MCP server {server!r} tool {origin[name]!r} is left out: {exc}")
+                    continue
+                current[name] = tooldef
+                self._owners[name] = (server, origin[name])
+            self._problems[server] = problems
+            if from_cache:
+                self._from_cache.add(server)
+            else:
+                self._from_cache.discard(server)
+        for problem in problems:
+            log.warning("nexus.mcp.client: %s", problem)
+
+    # -- the tool cache -----------------------------------------------------------------------
+
+    def _cache_path(self, server: str) -> Path:
+        return self.folder / f"{server}.tools.json"
+
+    def _read_cache(self, config: ServerConfig) -> list[dict[str, Any]] | None:
+        """The tool list cached at the server's last start, if its settings have not changed
+        since; None when there is none or it cannot be read."""
+        path = self._cache_path(config.name)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("nexus.mcp.client: ignoring the tool cache %s: %s", path, exc)
+            return None
+        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION \
+                or data.get("fingerprint") != config.fingerprint or not isinstance(data.get("tools"), list) \
+                or not all(isinstance(t, dict) for t in data["tools"]):
+            return None
+        return data["tools"]
+
+    def _write_cache(self, config: ServerConfig, tools: list[dict[str, Any]]) -> None:
+        path = self._cache_path(config.name)
+        data = {"version": CACHE_VERSION, "server": config.name, "fingerprint": config.fingerprint,
+                "tools": tools}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+            os.replace(temporary, path)  # another Nexus reading it sees the old list or the new one
+        except OSError as exc:
+            log.warning("nexus.mcp.client: cannot write the tool cache %s: %s", path, exc)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """A tool's handler: the call, made on the loop thread, and its result. Any thread may
+        call this, many at once."""
+        if self._closed:
+            return self._error(server, f"MCP server {server!r} is stopped: the Nexus is closed")
+        if self._loop.in_loop_thread():  # a registry observer on the loop thread calling a tool
+            return self._error(server, f"MCP server {server!r}: a tool cannot be called from the MCP event loop")
+        from ._connection import STOP_SECONDS, ServerError, _describe
+        from ._convert import to_toolresult
+
+        connection = self.connection(server)
+        config = connection.config
+        # the call bounds itself (start_timeout_seconds, then timeout_seconds); this only guards
+        # against a loop that stopped answering
+        limit = config.start_timeout_seconds + config.timeout_seconds + STOP_SECONDS
+        try:
+            result = self._loop.run(connection.call(tool, arguments), timeout=limit)
+        except ServerError as exc:
+            return self._error(server, str(exc))
+        except TimeoutError:
+            return self._error(server, f"MCP server {server!r}: no answer from the MCP event loop within {limit:g} s")
+        except Exception as exc:  # noqa: BLE001 (a handler's result, never its exception)
+            return self._error(server, f"MCP server {server!r}: {_describe(exc)}")
+        return to_toolresult(server, tool, result)
+
+    @staticmethod
+    def _error(server: str, message: str) -> ToolResult:
+        return ToolResult(id="", name="", output=message, error=message, error_kind="failure",
+                          metadata={MCP_SERVER: server})
+
+    # -- status and shutdown ------------------------------------------------------------------
+
+    def status(self) -> list[ServerStatus]:
+        out = []
+        for name, config in self.configs.items():
+            connection = self._connections.get(name)
+            out.append(ServerStatus(
+                name=name, transport=config.transport, target=config.describe(), start=config.start,
+                running=connection is not None and connection.running,
+                starts=connection.starts if connection is not None else 0,
+                tools=tuple(sorted(self._registered.get(name, {}))),
+                protocol_version=connection.protocol_version if connection is not None else None,
+                tools_from_cache=name in self._from_cache,
+                error=connection.last_error if connection is not None else None,
+                problems=tuple(self._problems.get(name, ())),
+            ))
+        return out
+
+    def doctor_lines(self) -> list[str]:
+        lines = []
+        for s in self.status():
+            state = "running" if s.running else "not running"
+            if s.running and s.protocol_version:
+                state += f" (MCP {s.protocol_version})"
+            source = ", listed from the cache of its last start" if s.tools_from_cache else ""
+            lines.append(f"server {s.name}: {s.transport} {s.target}; {s.start} start; {state}; "
+                         f"{len(s.tools)} tools{source}")
+            if s.error and not s.running:
+                lines.append(f"error: {s.error}")
+            lines.extend(f"error: {p}" for p in s.problems)
+        return lines
+
+    def close(self) -> None:
+        """Stop every server and the loop; no orphan process is left behind."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop.running:
+            try:
+                self._loop.run(self._close_all(), timeout=CLOSE_SECONDS)
+            except Exception:
+                log.exception("nexus.mcp.client: stopping the MCP servers failed")
+            self._loop.stop()
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(c.close() for c in list(self._connections.values())), return_exceptions=True)

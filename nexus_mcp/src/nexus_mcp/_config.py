@@ -1,0 +1,169 @@
+"""The `plugins.nexus.mcp.client` config section: its JSON Schema, and the checked settings of
+each server (`${VAR}` expanded from the environment, one of `command` or `url`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from nexus_core import ConfigError
+
+PLUGIN_ID = "nexus.mcp.client"
+
+#: a server's name: it prefixes its tools' names and names its log file
+SERVER_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+SERVER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "minLength": 1,
+                    "description": "the executable of a stdio server (looked up on PATH)"},
+        "args": {"type": "array", "items": {"type": "string"}, "description": "its arguments"},
+        "env": {**_STRINGS, "description": "variables set for it, over HOME, LOGNAME, PATH, SHELL, TERM, USER"},
+        "cwd": {"type": "string", "description": "its working folder (default: the workspace)"},
+        "url": {"type": "string", "pattern": "^https?://",
+                "description": "the endpoint of a streamable HTTP server"},
+        "headers": {**_STRINGS, "description": "HTTP headers sent with every request"},
+        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 30,
+                            "description": "how long one call may take"},
+        "start_timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 60,
+                                  "description": "how long starting it (and listing its tools) may take"},
+        "start": {"enum": ["lazy", "eager"], "default": "lazy",
+                  "description": "lazy: on its first call (its tools listed from the cache of its last "
+                                 "start); eager: when the Nexus starts"},
+    },
+    "additionalProperties": False,
+}
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "servers": {
+            "type": "object",
+            "propertyNames": {"pattern": SERVER_NAME},
+            "additionalProperties": SERVER_SCHEMA,
+            "default": {},
+            "description": "MCP servers whose tools become Nexus tools, by name",
+        },
+    },
+}
+
+_VARIABLE = re.compile(r"\$\$|\$\{([^}]*)\}")
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@attrs.frozen
+class ServerConfig:
+    """One server's settings, checked and with `${VAR}` expanded."""
+
+    name: str
+    transport: Literal["stdio", "http"]
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = attrs.field(factory=dict)
+    cwd: Path | None = None
+    url: str = ""
+    headers: dict[str, str] = attrs.field(factory=dict)
+    timeout_seconds: float = 30.0
+    start_timeout_seconds: float = 60.0
+    start: Literal["lazy", "eager"] = "lazy"
+    #: a digest of the settings as written (before expansion, so no secret goes into it): the
+    #: cached tool list of a server is used only while this matches
+    fingerprint: str = ""
+
+    def describe(self) -> str:
+        if self.transport == "http":
+            return self.url
+        return " ".join([self.command, *self.args])
+
+
+def expand(text: str, where: str, environ: dict[str, str] | os._Environ[str]) -> str:
+    """`text` with each `${VAR}` replaced by the variable's value (`$$` is a literal `$`).
+    Raises ValueError naming `where` and the variable when one is not set."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        if not _VARIABLE_NAME.match(name):
+            raise ValueError(f"{where}: ${{{name}}} is not a variable name (write $$ for a literal $)")
+        if name not in environ:
+            raise ValueError(f"{where}: environment variable {name} is not set (it is used as ${{{name}}})")
+        return environ[name]
+
+    return _VARIABLE.sub(replace, text)
+
+
+def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
+    """The servers of a validated config section, in the order written. Raises ConfigError listing
+    every problem (`file:line: plugins.nexus.mcp.client.servers.<name>.<key>: what is wrong`)."""
+    config = nexus.config
+    workspace = Path(config.workspace)
+    problems: list[str] = []
+    servers = []
+    prefix = ("plugins", PLUGIN_ID, "servers")
+    for name, raw in (section.get("servers") or {}).items():
+        raw = dict(raw or {})
+        path = (*prefix, name)
+        dotted = f"plugins.{PLUGIN_ID}.servers.{name}"
+
+        def problem(key: tuple[str, ...], text: str, path: tuple[str, ...] = path) -> None:
+            problems.append(config.problem((*path, *key), text))
+
+        has_command, has_url = "command" in raw, "url" in raw
+        if has_command == has_url:
+            problem((), f"{dotted}: give either `command` (a stdio server) or `url` (a streamable HTTP "
+                         f"server){', not both' if has_command else ''}")
+            continue
+        wrong = [k for k in (("url", "headers") if has_command else ("command", "args", "env", "cwd")) if k in raw]
+        for key in wrong:
+            problem((key,), f"{dotted}.{key}: not a setting of a {'stdio' if has_command else 'streamable HTTP'} "
+                            "server")
+        if wrong:
+            continue
+
+        def expanded(key: tuple[str, ...], value: str, dotted: str = dotted) -> str:
+            try:
+                return expand(value, f"{dotted}.{'.'.join(key)}", os.environ)
+            except ValueError as exc:
+                problem(key, str(exc))
+                return value
+
+        fingerprint = hashlib.sha256(json.dumps(
+            {k: raw.get(k) for k in ("command", "args", "env", "cwd", "url", "headers")}, sort_keys=True
+        ).encode()).hexdigest()[:16]
+        common = {
+            "name": name,
+            "timeout_seconds": float(raw.get("timeout_seconds", 30)),
+            "start_timeout_seconds": float(raw.get("start_timeout_seconds", 60)),
+            "start": raw.get("start", "lazy"),
+            "fingerprint": fingerprint,
+        }
+        if has_command:
+            cwd = raw.get("cwd")
+            servers.append(ServerConfig(
+                transport="stdio",
+                command=expanded(("command",), raw["command"]),
+                args=tuple(expanded(("args", str(i)), a) for i, a in enumerate(raw.get("args") or [])),
+                env={k: expanded(("env", k), v) for k, v in (raw.get("env") or {}).items()},
+                cwd=(workspace / expanded(("cwd",), cwd)).resolve() if cwd else workspace,
+                **common,
+            ))
+        else:
+            servers.append(ServerConfig(
+                transport="http",
+                url=expanded(("url",), raw["url"]),
+                headers={k: expanded(("headers", k), v) for k, v in (raw.get("headers") or {}).items()},
+                **common,
+            ))
+    if problems:
+        raise ConfigError(problems, config.source)
+    return servers

@@ -1,0 +1,372 @@
+"""A Nexus as an MCP server (`nexus mcp serve`), on the SDK's low-level `Server`.
+
+Every registered tool is listed with its input and output schemas; every `tools/call` goes
+through `Nexus.invoke`, so the gates and observers see it like any other call (a veto comes back
+as an `isError` result carrying the reason). The tool list follows the registry: when a tool is
+added, replaced or removed, clients are told (`notifications/tools/list_changed` on a 2025-era
+session, a `ToolsListChanged` event on a 2026-era `subscriptions/listen` stream). Skills, when
+the `skill` tool is there, are offered as prompts.
+
+stdio: the protocol owns the real stdin and stdout. `claim_stdio` takes private copies of both
+before anything else runs, then points fd 1 at stderr and fd 0 at /dev/null for the whole
+process, so a plugin's stray `print` (or a child process writing to its inherited stdout) lands
+on stderr instead of corrupting the JSON-RPC stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any, cast
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
+
+from ._convert import to_call_tool_result
+
+log = logging.getLogger("nexus_mcp")
+
+#: tool calls one server runs at once (each one a thread blocked in `Nexus.invoke`); more wait
+MAX_CONCURRENT_CALLS = 32
+#: changes to the registry closer together than this make one tools/list_changed, not one each
+NOTIFY_DELAY_SECONDS = 0.05
+#: the plugin name the server's registry observer goes by in the Nexus
+WATCH_PLUGIN = "nexus.mcp.serve"
+
+
+class _NotifyingServer(Server[Any]):
+    """The SDK's server, telling 2025-era clients at `initialize` that its tool list can change
+    (the SDK's default says it cannot)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, experimental_capabilities, extensions)
+
+
+class _RegistryWatch:
+    """Observes the Nexus's registry for the server: any tool in or out changes the list."""
+
+    def __init__(self, on_change: Any) -> None:
+        self._on_change = on_change
+
+    @hookimpl
+    def nexus_tool_register(self, tool: ToolDef) -> None:
+        self._on_change()
+
+    @hookimpl
+    def nexus_tool_unregister(self, tool: ToolDef) -> None:
+        self._on_change()
+
+
+def _mcp_tools(nexus: Nexus) -> list[types.Tool]:
+    out = []
+    for entry in nexus.schemas("mcp"):
+        output = entry.get("outputSchema")
+        if output is not None and output.get("type") != "object":
+            # MCP's outputSchema (and so structuredContent) is an object; a tool whose result is
+            # another JSON type is listed without one, and its result travels as text
+            entry = {k: v for k, v in entry.items() if k != "outputSchema"}
+        out.append(types.Tool.model_validate(entry))
+    return out
+
+
+class NexusMcpServer:
+    """The MCP server of one Nexus. Make it, then `run_stdio()` or `run_http(...)`; or mount
+    `server.streamable_http_app(...)` yourself."""
+
+    def __init__(self, nexus: Nexus, name: str = "nexus") -> None:
+        from nexus_core import skills_prompt
+
+        from . import __version__
+
+        self.nexus = nexus
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus)
+        self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT_CALLS)
+        self._legacy_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._notify_pending = False
+        self._tools_cache: tuple[int, list[types.Tool]] | None = None
+        self.server = _NotifyingServer(
+            name,
+            version=__version__,
+            instructions=skills_prompt(nexus) or None,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_subscriptions_listen=self._listen,
+        )
+        self.server.middleware.append(self._track_sessions)
+        self._watch = _RegistryWatch(self._registry_changed)
+        self._watch_name = nexus.register(self._watch, name=f"{WATCH_PLUGIN}#{id(self):x}")
+
+    def close(self) -> None:
+        """Stop following the Nexus's registry (the Nexus itself is the caller's to close)."""
+        self._listen.close()
+        if self.nexus.plugin(self._watch_name) is not None:
+            self.nexus.unregister(self._watch_name)
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        tool = self.nexus.tool(name)
+        return tool.input_schema if tool is not None else None
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                          ) -> types.ListToolsResult:
+        version = self.nexus.tools_version
+        if self._tools_cache is None or self._tools_cache[0] != version:
+            self._tools_cache = (version, _mcp_tools(self.nexus))
+        return types.ListToolsResult(tools=self._tools_cache[1])
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+                         ) -> types.CallToolResult:
+        call = ToolCall(name=params.name, arguments=dict(params.arguments or {}), metadata={"via": "mcp"})
+        result = await anyio.to_thread.run_sync(self.nexus.invoke, call, limiter=self._limiter)
+        if result.error_kind == "unknown_tool":
+            # a protocol error, as both MCP revisions ask (after the gates and observers saw it)
+            raise MCPError(INVALID_PARAMS, result.error or f"unknown tool: {params.name!r}")
+        return to_call_tool_result(result)
+
+    async def _list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                            ) -> types.ListPromptsResult:
+        if self.nexus.tool("skill") is None:
+            return types.ListPromptsResult(prompts=[])
+        from nexus_core import list_skills
+
+        skills = await anyio.to_thread.run_sync(list_skills, self.nexus)
+        return types.ListPromptsResult(prompts=[
+            types.Prompt(name=s.name, description=s.description or None) for s in skills
+        ])
+
+    async def _get_prompt(self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+                          ) -> types.GetPromptResult:
+        """A skill's instructions, loaded the way a model loads them: a call of the `skill` tool,
+        through the gates."""
+        if self.nexus.tool("skill") is None:
+            raise MCPError(INVALID_PARAMS, f"unknown prompt: {params.name!r} (this Nexus offers no skills)")
+        call = ToolCall(name="skill", arguments={"name": params.name}, metadata={"via": "mcp"})
+        result = await anyio.to_thread.run_sync(self.nexus.invoke, call, limiter=self._limiter)
+        if result.is_error:
+            raise MCPError(INVALID_PARAMS, result.error or "the skill could not be loaded")
+        structured = result.output_structured if isinstance(result.output_structured, dict) else {}
+        return types.GetPromptResult(
+            description=structured.get("description") or None,
+            messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=result.output))],
+        )
+
+    async def _track_sessions(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        """Remember each 2025-era connection, to tell it when the tool list changes (a 2026-era
+        client asks for that itself, with `subscriptions/listen`). `ctx.session` is a proxy made
+        per request; the connection behind it lives as long as the client stays, and the SDK
+        offers no public way to it from a low-level handler (mcp 2.3), hence `_connection`."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            connection = getattr(ctx.session, "_connection", None)
+            if connection is not None and hasattr(connection, "send_tool_list_changed"):
+                self._legacy_connections.add(connection)
+        return await call_next(ctx)
+
+    # -- tools/list_changed -------------------------------------------------------------------
+
+    def _registry_changed(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._schedule_notify)
+        except RuntimeError:  # the loop closed in between
+            pass
+
+    def _schedule_notify(self) -> None:
+        if not self._notify_pending:
+            self._notify_pending = True
+            asyncio.get_running_loop().call_later(NOTIFY_DELAY_SECONDS, lambda: asyncio.ensure_future(self._notify()))
+
+    async def _notify(self) -> None:
+        self._notify_pending = False
+        await self._bus.publish(ToolsListChanged())
+        for connection in list(self._legacy_connections):
+            try:
+                await connection.send_tool_list_changed()
+            except Exception:  # noqa: BLE001 (a client that left)
+                self._legacy_connections.discard(connection)
+
+    # -- transports ---------------------------------------------------------------------------
+
+    async def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        """Serve one client over a pair of byte streams (`claim_stdio`'s) until stdin ends."""
+        self._loop = asyncio.get_running_loop()
+        reader = _DaemonStream(io.TextIOWrapper(stdin, encoding="utf-8", errors="replace"), "stdin")
+        writer = _DaemonStream(io.TextIOWrapper(stdout, encoding="utf-8", newline="\n", write_through=True), "stdout")
+        try:
+            async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as (read_stream, write_stream):
+                await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+        finally:
+            self._loop = None
+
+    async def serve_http(self, host: str, port: int, *, stateless: bool = False, path: str = "/mcp",
+                         on_ready: Any = None) -> None:
+        """Serve streamable HTTP at `http://host:port/mcp` until interrupted. `on_ready(url)` is
+        called once the socket listens (with the real port when `port` is 0)."""
+        import uvicorn
+
+        self._loop = asyncio.get_running_loop()
+        app = self.server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        server = uvicorn.Server(config)
+
+        async def announce() -> None:
+            while not server.started:
+                if server.should_exit:
+                    return
+                await asyncio.sleep(0.02)
+            if on_ready is not None:
+                sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
+                bound = sockets[0].getsockname() if sockets else (host, port)
+                shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
+                on_ready(f"http://{shown}:{bound[1]}{path}")
+
+        watcher = asyncio.ensure_future(announce())
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+            self._loop = None
+
+
+class _DaemonStream:
+    """A blocking text stream as the SDK's stdio transport wants it (`async for line`, `await
+    write`, `await flush`), each operation run on a thread of the stream's own. That thread is
+    a daemon: a read blocked on a client that neither writes nor closes (and a write blocked on
+    one that does not read) cannot keep the process from exiting when the server is stopped,
+    as it would on anyio's worker threads."""
+
+    def __init__(self, file: IO[str], name: str) -> None:
+        self._file = file
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]]] = queue.SimpleQueue()
+        threading.Thread(target=self._work, name=f"nexus mcp serve {name}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            try:
+                outcome: tuple[Any, BaseException | None] = (job(), None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the awaiting task)
+                outcome = (None, exc)
+            try:
+                future.get_loop().call_soon_threadsafe(_settle, future, *outcome)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                return
+
+    async def _run(self, job: Callable[[], Any]) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._jobs.put((job, future))
+        return await future
+
+    async def write(self, text: str) -> None:
+        await self._run(lambda: self._file.write(text))
+
+    async def flush(self) -> None:
+        await self._run(self._file.flush)
+
+    def __aiter__(self) -> _DaemonStream:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._run(self._file.readline)
+        if not line:
+            raise StopAsyncIteration
+        return str(line)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+@contextmanager
+def claim_stdio() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """Private copies of the process's stdin and stdout for the protocol; meanwhile fd 1 points
+    at stderr and fd 0 at /dev/null, for this process and every child it starts. Restored on
+    exit. The copies are not inherited by child processes (PEP 446), so none can write into the
+    protocol stream or read a client's messages."""
+    sys.stdout.flush()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(2, 1)
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    stdin = os.fdopen(wire_in, "rb", buffering=0)
+    stdout = os.fdopen(wire_out, "wb", buffering=0)
+    try:
+        yield stdin, stdout
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)
+        for stream in (stdin, stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: the server stops, the Nexus closes, the command exits 0. A BaseException,
+    like KeyboardInterrupt, so no `except Exception` on the way swallows it."""
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (how service managers and `docker stop` end a server) raises `Terminated`, so the
+    server unwinds and the Nexus closes, stopping the MCP servers it started, instead of the
+    process dying on the spot. uvicorn handles SIGTERM itself while it serves (a graceful
+    shutdown) and raises the signal again when done, which lands here."""
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
