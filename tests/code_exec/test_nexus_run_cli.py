@@ -133,3 +133,14 @@ def test_nexus_plugins_shows_run_code_as_one_plugin(project: Path) -> None:
     assert "nexus.tool.code_exec  [active]  nexus-rt-tool-code-exec" in out
     assert "    tools: run_code\n" in out
     assert ".engine" not in out and "(registered by the host)" not in out
+
+
+def test_run_codes_description_follows_tools_added_and_removed(tmp_path: Path) -> None:
+    from nexus_core import Nexus, native_tool
+
+    config = {"workspace": str(tmp_path), "skills": [], "plugins": {"active": ["nexus.tool.code_exec"]}}
+    with Nexus(config) as nx:
+        nx.add_tool(native_tool("zebra_count", "Count zebras.", {"type": "object"}, lambda a: "3"))
+        assert "zebra_count" in nx.tool("run_code").description
+        nx.remove_tool("zebra_count")
+        assert "zebra_count" not in nx.tool("run_code").description

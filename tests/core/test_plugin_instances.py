@@ -198,3 +198,22 @@ def test_a_plugin_class_without_a_usable_constructor_fails_registration_by_the_h
 
     with Nexus(autoload=False) as nx, pytest.raises(TypeError, match=r"cannot make a plugin from .*NeedsMore\(a, b\)"):
         nx.register(NeedsMore)
+
+
+def test_a_config_error_a_plugin_raises_while_configuring_is_a_config_error(fake_plugins: FakePlugins) -> None:
+    fake_plugins.add("fake.env", """
+        from nexus_core import ConfigError, hookimpl
+
+        class NeedsToken:
+            @hookimpl
+            def nexus_config_schema(self):
+                return {"type": "object", "properties": {"token_env": {"type": "string"}}}
+
+            @hookimpl
+            def nexus_configure(self, config):
+                raise ConfigError([f"plugins.fake.env.token_env: ${{{config['token_env']}}} is not set"])
+    """, attr="NeedsToken")
+    fake_plugins.add("fake.fine", "", attr=None)
+    with pytest.raises(ConfigError) as info:
+        Nexus({"plugins": {"active": ["fake.env", "fake.fine"], "fake.env": {"token_env": "NOPE_TOKEN"}}})
+    assert info.value.problems == ["plugins.fake.env.token_env: ${NOPE_TOKEN} is not set"]

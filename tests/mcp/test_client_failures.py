@@ -25,7 +25,7 @@ from mcp_helpers import (
     wait_for,
 )
 
-from nexus_core import ConfigError, Nexus, ToolDef, hookimpl
+from nexus_core import ConfigError, ImageContent, Nexus, TextContent, ToolDef, format_tool_result, hookimpl
 
 FIXTURE = "fixture_server.py"
 
@@ -159,9 +159,13 @@ def test_tool_errors_images_and_nested_results(make_nexus: Callable[..., Nexus])
     image = nx.invoke("fx_image", {})
     assert not image.is_error
     assert image.output == "a red dot\n[image: image/png, 70 bytes]"  # the PNG is 70 bytes
-    blocks = image.metadata["mcp_content"]
-    assert [b["type"] for b in blocks] == ["text", "image"] and blocks[1]["mimeType"] == "image/png"
-    assert blocks[1]["data"].startswith("iVBORw0KGgo")
+    text, picture = image.content
+    assert text == TextContent("a red dot")
+    assert isinstance(picture, ImageContent) and picture.mime_type == "image/png"
+    assert picture.data.startswith("iVBORw0KGgo")
+    # and on to a provider as its own image content
+    anthropic = format_tool_result(image, "anthropic")
+    assert [b["type"] for b in anthropic["content"]] == ["text", "image"]
 
     segment = nx.tool("fx_segment")
     assert segment is not None and "$ref" not in json.dumps(segment.output_schema)
@@ -306,13 +310,9 @@ def test_env_args_and_cwd_reach_the_server_with_variables_expanded(
 def test_bad_server_settings_are_config_errors_naming_the_key(
         server: dict[str, Any], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEXUS_TEST_UNSET_VAR", raising=False)
-    nx = Nexus(mcp_config(tmp_path, {"bad": server}))
-    try:
-        [failure] = nx.failures
-        assert failure.name == "nexus.mcp.client" and failure.phase == "configure"
-        assert message in failure.error
-    finally:
-        nx.close()
+    with pytest.raises(ConfigError) as info:  # the user's config is wrong: the Nexus does not start
+        Nexus(mcp_config(tmp_path, {"bad": server}))
+    assert any(message in problem for problem in info.value.problems), info.value.problems
 
 
 @pytest.mark.parametrize(("servers", "message"), [

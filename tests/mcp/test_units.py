@@ -17,7 +17,7 @@ from nexus_mcp._convert import to_call_tool_result, to_toolresult
 from nexus_mcp._schema import inline_refs
 from nexus_mcp._tools import nexus_tool_name
 
-from nexus_core import ToolResult
+from nexus_core import ResourceContent, TextContent, ToolResult
 
 
 def test_a_schema_without_definitions_is_unchanged() -> None:
@@ -109,27 +109,34 @@ def test_tool_names() -> None:
     assert len(nexus_tool_name("s", "x" * 100)) == 64
 
 
-def test_results_both_ways() -> None:
+def test_results_both_ways(tmp_path: Path) -> None:
     mcp_result = types.CallToolResult(
         content=[types.TextContent(type="text", text="see"),
                  types.EmbeddedResource(type="resource", resource=types.TextResourceContents(uri="file:///a", text="A"))],
         structured_content={"k": 1})
     result = to_toolresult("srv", "t", mcp_result)
     assert result.output == "see\nA" and result.output_structured == {"k": 1}
-    assert [b["type"] for b in result.metadata["mcp_content"]] == ["text", "resource"]
-    # served again, the resource block passes through beside the JSON text
+    assert result.content == (TextContent("see"), ResourceContent("file:///a", text="A"))
+    # served again, the blocks pass through, and the structured result's JSON is added as text
     served = to_call_tool_result(result)
     assert served.structured_content == {"k": 1}
-    assert [c.type for c in served.content] == ["text", "resource"]
-    assert served.content[0].text == '{"k": 1}'  # type: ignore[union-attr]
+    assert [c.type for c in served.content] == ["text", "resource", "text"]
+    assert served.content[0].text == "see" and served.content[2].text == '{"k": 1}'  # type: ignore[union-attr]
+    assert served.content[1].resource.text == "A"  # type: ignore[union-attr]
+    plain = to_call_tool_result(to_toolresult("srv", "t", types.CallToolResult(
+        content=[types.TextContent(type="text", text="only text")])))
+    assert [(c.type, c.text) for c in plain.content] == [("text", "only text")]  # type: ignore[union-attr]
 
     empty_error = to_toolresult("srv", "t", types.CallToolResult(content=[], is_error=True))
     assert empty_error.error == "MCP server 'srv' reported an error from tool 't' (no message)"
 
+    out = tmp_path / "out.txt"
+    out.write_text("file body", encoding="utf-8")
     plain = to_call_tool_result(ToolResult(id="1", name="x", output="hello", output_structured=[1, 2],
-                                           output_file="/tmp/out.txt"))
+                                           output_file=str(out)))
     assert plain.structured_content is None  # not an object: MCP's structuredContent cannot hold it
-    assert plain.content[0].text == "hello\n[output file: /tmp/out.txt]"  # type: ignore[union-attr]
+    assert plain.content[0].text == "hello"  # type: ignore[union-attr]
+    assert plain.content[1].type == "resource" and plain.content[1].resource.text == "file body"  # type: ignore[union-attr]
     vetoed = to_call_tool_result(ToolResult(id="1", name="x", output="vetoed: no", error="vetoed: no",
                                             error_kind="vetoed", output_structured={"a": 1}))
     assert vetoed.is_error and vetoed.structured_content is None and vetoed.content[0].text == "vetoed: no"  # type: ignore[union-attr]

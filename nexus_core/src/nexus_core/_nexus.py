@@ -223,12 +223,20 @@ class Nexus:
             ):
                 try:
                     call_for_plugin(self._pm, hook, name, **kwargs)
+                except ConfigError as exc:
+                    # the user's config is wrong (a setting only the plugin could check, such as
+                    # a ${VAR} that is not set): a config error like any other, not a broken plugin
+                    self._stop(name)
+                    problems.extend(exc.problems)
+                    break
                 except Exception as exc:
                     if name in strict:
                         self._stop(name)
                         raise
                     self._drop(name, phase, exc)  # type: ignore[arg-type]
                     break
+        if problems:
+            raise ConfigError(problems, self.config.source)
 
     def _register_for(self, plugin: str) -> Callable[..., ToolDef]:
         def register(tool: Any, name: str | None = None) -> ToolDef:

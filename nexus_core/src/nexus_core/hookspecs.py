@@ -63,7 +63,10 @@ def nexus_configure(config: dict[str, Any], nexus: Nexus) -> None:
 
     Called once per plugin, with only its own section. An installed plugin that raises here is
     reported by name (`Nexus.failures`) and unregistered; the others keep working. For a plugin
-    the host passes in itself, the exception propagates. The return value is ignored.
+    the host passes in itself, the exception propagates. Raise `ConfigError` for a setting that
+    is wrong in a way the schema cannot say (an environment variable it names is not set): the
+    Nexus then fails to start with that problem among the config's others, as for a bad key.
+    The return value is ignored.
     """
 
 

@@ -8,9 +8,17 @@ from typing import Any
 
 import mcp_types as types
 
-from nexus_core import ToolResult
+from nexus_core import (
+    AudioContent,
+    Content,
+    ImageContent,
+    ResourceContent,
+    TextContent,
+    ToolResult,
+    format_tool_result,
+)
 
-from ._tools import MCP_CONTENT, MCP_SERVER
+from ._tools import MCP_SERVER
 
 
 def _dump(model: Any) -> Any:
@@ -45,11 +53,32 @@ def _mention(block: Any) -> str | None:
     return None
 
 
+def _block(block: Any) -> Content | None:
+    """An MCP content block as a Nexus one (None for a kind Nexus has no block for)."""
+    if isinstance(block, types.TextContent):
+        return TextContent(block.text)
+    if isinstance(block, types.ImageContent):
+        return ImageContent(block.data, block.mime_type)
+    if isinstance(block, types.AudioContent):
+        return AudioContent(block.data, block.mime_type)
+    if isinstance(block, types.ResourceLink):
+        return ResourceContent(str(block.uri), block.mime_type, name=block.name)
+    if isinstance(block, types.EmbeddedResource):
+        res = block.resource
+        if isinstance(res, types.TextResourceContents):
+            return ResourceContent(str(res.uri), res.mime_type, text=res.text)
+        return ResourceContent(str(res.uri), res.mime_type, blob=res.blob)
+    return None
+
+
 def to_toolresult(server: str, tool: str, result: types.CallToolResult) -> ToolResult:
     """An MCP tool result as a Nexus result (its id and name are set by the invocation path):
-    text blocks joined into `output`, `structuredContent` in `output_structured`, other blocks
-    kept whole in `metadata["mcp_content"]` and mentioned in `output`, `isError` an error."""
+    text blocks joined into `output`, `structuredContent` in `output_structured`, and, when the
+    server sent anything but text, every block kept in order in `content` (images, audio,
+    resources: the adapters hand them on to a provider as its own content) and mentioned in
+    `output`; `isError` an error."""
     parts: list[str] = []
+    blocks: list[Content] = []
     rich = False
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -59,51 +88,30 @@ def to_toolresult(server: str, tool: str, result: types.CallToolResult) -> ToolR
             mention = _mention(block)
             if mention is not None:
                 parts.append(mention)
+        converted = _block(block)
+        if converted is not None:
+            blocks.append(converted)
     structured = result.structured_content
     output = "\n".join(parts)
     if not output and structured is not None:
         output = json.dumps(structured, ensure_ascii=False)
     metadata: dict[str, Any] = {MCP_SERVER: server}
-    if rich:
-        metadata[MCP_CONTENT] = [_dump(block) for block in result.content]
+    content = tuple(blocks) if rich else ()
     if result.is_error:
         message = output or f"MCP server {server!r} reported an error from tool {tool!r} (no message)"
         return ToolResult(id="", name="", output=message, error=message, error_kind="failure",
-                          output_structured=structured, metadata=metadata)
-    return ToolResult(id="", name="", output=output, output_structured=structured, metadata=metadata)
+                          output_structured=structured, metadata=metadata, content=content)
+    return ToolResult(id="", name="", output=output, output_structured=structured, metadata=metadata,
+                      content=content)
 
 
 def to_call_tool_result(result: ToolResult) -> types.CallToolResult:
-    """A Nexus result as an MCP tool result: `structuredContent` (an object) with its JSON as the
-    text, as the spec asks of a tool that returns structured content; else `output`. An error,
-    a veto among them, is `isError` with its message. Content blocks an MCP tool gave (an image
-    from a server this Nexus uses) pass through."""
-    structured = result.output_structured if isinstance(result.output_structured, dict) else None
+    """A Nexus result as an MCP tool result, through the core's MCP adapter (one rendering for
+    every route): `structuredContent` (an object) with its JSON as text, as the spec asks of a
+    tool that returns structured content; content blocks (an image a tool returned, or one an
+    MCP server this Nexus uses gave) as MCP content; an `output_file` as an embedded resource. An
+    error, a veto among them, is `isError` with its message."""
     if result.is_error:
-        text = result.error or result.output
-        structured = None
-    elif structured is not None:
-        text = json.dumps(structured, ensure_ascii=False)
-    else:
-        text = result.output
-    if result.output_file and not result.is_error:
-        text = f"{text}\n[output file: {result.output_file}]" if text else f"[output file: {result.output_file}]"
-    content: list[Any] = [types.TextContent(type="text", text=text)]
-    passed = result.metadata.get(MCP_CONTENT) if not result.is_error else None
-    if isinstance(passed, list):
-        for block in passed:
-            if isinstance(block, dict) and block.get("type") != "text":
-                try:
-                    content.append(_CONTENT_BLOCK.validate_python(block))
-                except ValueError:
-                    continue  # not valid MCP content: the text already mentions it
-    return types.CallToolResult(content=content, structured_content=structured, is_error=result.is_error)
-
-
-def _content_block_adapter() -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(types.ImageContent | types.AudioContent | types.ResourceLink | types.EmbeddedResource)
-
-
-_CONTENT_BLOCK = _content_block_adapter()
+        message = result.error or result.output
+        return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    return types.CallToolResult.model_validate(format_tool_result(result, "mcp"))

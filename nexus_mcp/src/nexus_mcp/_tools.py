@@ -13,7 +13,6 @@ from ._schema import inline_refs
 
 #: `ToolResult.metadata` key holding a result's MCP content blocks (as MCP JSON) when any of them
 #: is not plain text: images, audio, resources and resource links, which `output` only mentions
-MCP_CONTENT = "mcp_content"
 #: `ToolResult.metadata` key naming the MCP server that answered
 MCP_SERVER = "mcp_server"
 

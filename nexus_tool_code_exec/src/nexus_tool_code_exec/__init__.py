@@ -93,6 +93,11 @@ class CodeExecPlugin:
             self.engine.nexus_tool_register(tool)
 
     @hookimpl
+    def nexus_tool_unregister(self, tool: ToolDef) -> None:
+        if self.engine is not None and tool.name != "run_code":
+            self.engine._refresh_description()
+
+    @hookimpl
     def nexus_skill_loaded(self, skill: SkillContent) -> None:
         if self.engine is not None:
             self.engine.nexus_skill_loaded(skill)
