@@ -26,6 +26,9 @@ PACKAGES = {
     "nexus-rt-tool-code-exec": REPO / "nexus_tool_code_exec",
     "nexus-rt-tool-web": REPO / "nexus_tool_web",
     "nexus-rt-mcp": REPO / "nexus_mcp",
+    "nexus-rt-agent": REPO / "nexus_agent",
+    "nexus-rt-provider-openai": REPO / "nexus_provider_openai",
+    "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
 }
 
 

@@ -35,6 +35,9 @@ PACKAGES = {
     "nexus_tool_code_exec": ("nexus_tool_code_exec", {"nexus.tool.code_exec"}),
     "nexus_tool_web": ("nexus_tool_web", {"nexus.tool.web"}),
     "nexus_mcp": ("nexus_mcp", {"nexus.mcp.client"}),
+    "nexus_agent": ("nexus_agent", {"nexus.agent"}),
+    "nexus_provider_openai": ("nexus_provider_openai", {"nexus.provider.openai"}),
+    "nexus_provider_anthropic": ("nexus_provider_anthropic", {"nexus.provider.anthropic"}),
     "examples/nexus-rt-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-rt-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }

@@ -304,7 +304,7 @@ def test_nexus_before_tool_invoke_gate_that_raises_is_a_veto_naming_it(nx: Nexus
 def test_nexus_before_tool_invoke_returning_something_else_is_a_veto(nx: Nexus, answer: Any) -> None:
     nx.register(Gate(lambda call: answer), name="sloppy")
     result = nx.invoke("echo")
-    assert result.error == f"vetoed: gate 'sloppy' returned {type(answer).__name__}, not Veto, Rewrite or None"
+    assert result.error == f"vetoed: gate 'sloppy' returned {type(answer).__name__}, not Veto, Rewrite, Ask or None"
 
 
 def test_nexus_before_tool_invoke_rewrite_reaches_the_handler_and_observers(nx: Nexus, recorder: Recorder) -> None:

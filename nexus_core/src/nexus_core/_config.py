@@ -34,6 +34,8 @@ CORE_SCHEMA: dict[str, Any] = {
         "workspace": {"type": "string", "default": "."},
         "session_dir": {"type": "string"},  # default: default_session_dir(workspace)
         "skills": {"type": "array", "items": {"type": "string"}, "default": ["./skills"]},
+        # the model an agent uses, as provider:model (`nexus chat --model` wins over it)
+        "model": {"type": ["string", "null"], "default": None},
         "plugins": {
             "type": "object",
             "properties": {
@@ -140,6 +142,8 @@ class NexusConfig:
     source: str | None = None
     #: tool name -> {"exposure": ..., "allowed_callers": [...]}, as the config's `tools:` says
     tool_settings: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: the model agents use, "provider:model" (checked to have both parts), or None
+    model: str | None = None
     _lines: dict[tuple[str, ...], int] = attrs.field(factory=dict, repr=False)
 
     @property
@@ -310,6 +314,14 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         )
 
     data = apply_defaults(CORE_SCHEMA, data)
+    if data["model"] is not None:
+        from ._llm import split_model
+
+        try:
+            split_model(data["model"])
+        except ValueError as exc:
+            where = f"{origin}:{_nearest(lines, ('model',))}: " if origin else ""
+            raise ConfigError([f"{where}model: {exc}"], origin) from None
     plugins = data["plugins"]
     sections = {k: (v or {}) for k, v in plugins.items() if k not in RESERVED_PLUGIN_KEYS}
     return NexusConfig(
@@ -321,6 +333,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
         plugin_sections=sections,
         source=origin,
         tool_settings={name: dict(settings or {}) for name, settings in data["tools"].items()},
+        model=data["model"],
         lines=lines,
     )
 

@@ -13,8 +13,12 @@ Gate rules (datasette's: deny wins whatever the plugin order):
 - a gate that raises, or returns something other than Veto / Rewrite / None, is a veto naming
   that plugin (fail closed);
 - `Rewrite`s are applied only when every rewriting gate agrees on the new arguments; then all
-  gates run again on the rewritten call, until none rewrites (at most `MAX_GATE_ROUNDS`).
-Result gates follow the same rules with a replacement `ToolResult` in place of a `Rewrite`.
+  gates run again on the rewritten call, until none rewrites (at most `MAX_GATE_ROUNDS`);
+- `Ask`s count only in the last round, on the call as it will run: one `Question` carries every
+  asking gate's question to the approver (the invoke's, else the parent call's, else the
+  Nexus's). A denial is a veto with the person's reason; no approver is a veto too.
+Result gates follow the same rules with a replacement `ToolResult` in place of a `Rewrite`, and
+request gates (`nexus_before_model_request`) with a replacement `ModelRequest`.
 """
 
 from __future__ import annotations
@@ -27,14 +31,26 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._models import CallContext, ErrorKind, Rewrite, ToolCall, ToolDef, ToolResult, Veto
+from ._llm import ModelError, ModelRequest
+from ._models import (
+    Answer,
+    Ask,
+    CallContext,
+    ErrorKind,
+    Question,
+    Rewrite,
+    ToolCall,
+    ToolDef,
+    ToolResult,
+    Veto,
+)
 from ._plugins import GateOutcome, NexusPluginManager, describe_exception, record_gate_outcomes
 from ._registry import ToolRegistry
 from ._results import error_result, normalize_result
 from ._schema import explain
 
 if TYPE_CHECKING:
-    from ._nexus import Nexus
+    from ._nexus import Approver, Nexus
 
 log = logging.getLogger("nexus_core")
 
@@ -88,9 +104,37 @@ def _check_arguments(validator: Any, arguments: Any) -> str:
         return "; ".join(text for _, text in explain(errors, prefix="")) if errors else ""
     except RecursionError:
         return "they are nested too deeply to check against the tool's input schema"
-    except Exception as exc:  # noqa: BLE001 - a validator bug must not take invoke down with it
+    except Exception as exc:
         log.exception("checking arguments against an input schema failed")
         return f"they could not be checked against the tool's input schema ({type(exc).__name__}: {exc})"
+
+def _as_answer(question: Question, reply: Any) -> Answer:
+    """What an approver returned, as an `Answer`: for an approval `True`, `False` (or None) or
+    `Veto(reason)`; for a question the answer's text, None (no answer) or `Veto(reason)`; for
+    either an `Answer`. Anything else is a TypeError."""
+    if isinstance(reply, Answer):
+        return reply
+    if isinstance(reply, Veto):
+        return Answer(False, reply.reason)
+    if reply is None:
+        return Answer(False)
+    if question.kind == "approval" and isinstance(reply, bool):
+        return Answer(reply)
+    if question.kind == "question" and isinstance(reply, str):
+        return Answer(True, reply)
+    expected = "True, False or Veto(reason)" if question.kind == "approval" else "the answer's text, None or Veto(reason)"
+    raise TypeError(f"the approver returned {type(reply).__name__} for an {question.kind}, not {expected} (or an Answer)")
+
+
+NO_APPROVER = "no one can answer here (give the Nexus, or the invoke, an approver)"
+
+
+def denial_text(answer: Answer) -> str:
+    if answer.by == "nobody":
+        return answer.text or NO_APPROVER
+    who = "the user" if answer.by == "user" else answer.by
+    return f"denied by {who}: {answer.text}" if answer.text else f"denied by {who}"
+
 
 def unknown_tool_message(name: str, known: Iterable[str]) -> str:
     """`unknown tool: 'raed' (did you mean 'read'?)`."""
@@ -104,16 +148,32 @@ class Invoker:
         self._pm = pm
         self._registry = registry
         self._hook = pm.hook
+        #: call id -> the approver given to that call (or inherited from its parent), while it
+        #: runs: an inner call (run_code's, a tool's) finds its parent's approver here
+        self._approvers: dict[str, Approver] = {}
 
     # -- the path ---------------------------------------------------------------------------
 
-    def invoke_call(self, call: ToolCall, context: Mapping[str, Any] | None = None, answer: Any = None) -> ToolResult:
+    def invoke_call(self, call: ToolCall, context: Mapping[str, Any] | None = None, answer: Any = None,
+                    approver: Approver | None = None) -> ToolResult:
+        if approver is None and call.parent_call_id is not None:
+            approver = self._approvers.get(call.parent_call_id)
+        if approver is None:
+            return self._invoke(call, context, answer, None)
+        self._approvers[call.id] = approver
+        try:
+            return self._invoke(call, context, answer, approver)
+        finally:
+            self._approvers.pop(call.id, None)
+
+    def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
+                approver: Approver | None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
             return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
 
-        call, refused = self._gate_call(call, tool)
+        call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
             return self._finish(call, refused)
 
@@ -138,6 +198,7 @@ class Invoker:
                     answer=answer,
                     data=dict(context or {}),
                     nexus=self._nexus,
+                    approver=approver if approver is not None else self._nexus.approver,
                 )
                 value = tool.handler(call.arguments, ctx)
             else:
@@ -151,11 +212,60 @@ class Invoker:
         """An error result for a call that is not run, through the result gates and observers."""
         return self._finish(call, error_result(call, error, kind))
 
+    # -- asking a person --------------------------------------------------------------------
+
+    def ask(self, question: Question, approver: Approver | None = None) -> Answer:
+        """Put `question` to `approver` (else the Nexus's), announced to `nexus_ask_start` and
+        `nexus_ask_end`. Never raises for the approver's failure: no approver, one that raises
+        or returns something unusable, all come back as a refusal (fail closed)."""
+        if approver is None:
+            approver = self._nexus.approver
+        if "nexus_ask_start" in self._pm.implemented:
+            try:
+                self._hook.nexus_ask_start(question=question)
+            except Exception:  # only a hook wrapper can get here: observers are contained
+                log.exception("a hook wrapper of nexus_ask_start raised (call %s)", question.call.id)
+        answer = Answer(False, "the question was abandoned", by="nobody")
+        try:
+            if approver is None:
+                answer = Answer(False, NO_APPROVER, by="nobody")
+            else:
+                try:
+                    answer = _as_answer(question, approver(question))
+                except Exception as exc:
+                    log.exception("the approver raised (call %s)", question.call.id)
+                    answer = Answer(False, f"the approver failed ({describe_exception(exc)})", by="nobody")
+        finally:
+            if "nexus_ask_end" in self._pm.implemented:
+                try:
+                    self._hook.nexus_ask_end(question=question, answer=answer)
+                except Exception:
+                    log.exception("a hook wrapper of nexus_ask_end raised (call %s)", question.call.id)
+        return answer
+
+    def _approve(self, call: ToolCall, tool: ToolDef, asks: list[tuple[str, Ask]],
+                 approver: Approver | None) -> ToolResult | None:
+        """The approver's decision on a call gates asked about: None to run it, else the veto."""
+        plugins = tuple(dict.fromkeys(p for p, _ in asks))
+        questions = tuple(dict.fromkeys(a.question for _, a in asks))
+        question = Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool)
+        answer = self.ask(question, approver)
+        if answer.approved:
+            return None
+        if answer.by == "nobody":
+            asked = "; ".join(questions)
+            reason = f"gate {_names(list(plugins))} asks {asked!r}, and {answer.text}; the call is refused"
+        else:
+            reason = denial_text(answer)
+        result = _vetoed(call, reason, answer.by)
+        return attrs.evolve(result, metadata={**result.metadata, "asked_by": list(plugins)})
+
     # -- gates ------------------------------------------------------------------------------
 
-    def _gate_call(self, call: ToolCall, tool: ToolDef) -> tuple[ToolCall, ToolResult | None]:
-        """Run the call gates until none rewrites. Returns the (maybe rewritten) call and, when
-        refused, the error result."""
+    def _gate_call(self, call: ToolCall, tool: ToolDef,
+                   approver: Approver | None = None) -> tuple[ToolCall, ToolResult | None]:
+        """Run the call gates until none rewrites, then ask about the final call if a gate
+        asks. Returns the (maybe rewritten) call and, when refused, the error result."""
         if "nexus_before_tool_invoke" not in self._pm.implemented:
             return call, None
         for _ in range(MAX_GATE_ROUNDS):
@@ -167,9 +277,16 @@ class Invoker:
                     reason = f"gate {_quoted(plugin)} failed ({describe_exception(exc)}); the call is refused"
                     return call, _vetoed(call, reason, plugin)
             rewrites: list[tuple[str, Rewrite]] = []
+            asks: list[tuple[str, Ask]] = []
             for plugin, value in _attributed(values, outcomes):
                 if isinstance(value, Veto):
                     return call, _vetoed(call, value.reason, plugin)
+                if isinstance(value, Ask):
+                    if not isinstance(value.question, str) or not value.question.strip():
+                        reason = f"gate {_quoted(plugin)} asked without a question (Ask needs the text to show)"
+                        return call, _vetoed(call, reason, plugin)
+                    asks.append((plugin, value))
+                    continue
                 if isinstance(value, Rewrite):
                     if not isinstance(value.arguments, Mapping):
                         reason = (f"gate {_quoted(plugin)} rewrote the arguments to "
@@ -178,10 +295,11 @@ class Invoker:
                     if _canonical(value.arguments) != _canonical(call.arguments):
                         rewrites.append((plugin, value))
                 else:
-                    reason = f"gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, Rewrite or None"
+                    reason = f"gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, Rewrite, Ask or None"
                     return call, _vetoed(call, reason, plugin)
             if not rewrites:
-                return call, None
+                # a veto of this round has returned already: deny wins over ask
+                return call, (self._approve(call, tool, asks, approver) if asks else None)
             if len({_canonical(r.arguments) for _, r in rewrites}) > 1:
                 plugins = [p for p, _ in rewrites]
                 reason = f"gates rewrote the arguments in conflicting ways ({_names(plugins)})"
@@ -221,6 +339,41 @@ class Invoker:
                                plugins[0])
             result = replacements[0][1]
         return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
+
+    def gate_request(self, request: ModelRequest) -> ModelRequest:
+        """Run the request gates until none replaces the request; raise `ModelError("vetoed")`
+        when one refuses it (same rules as the result gates)."""
+        if "nexus_before_model_request" not in self._pm.implemented:
+            return request
+
+        def refuse(reason: str, plugin: str | None) -> ModelError:
+            by = f" (gate {_quoted(plugin)})" if plugin else ""
+            return ModelError(f"model request vetoed{by}: {reason}", "vetoed", plugin)
+
+        for _ in range(MAX_GATE_ROUNDS):
+            with record_gate_outcomes() as outcomes:
+                try:
+                    values = self._hook.nexus_before_model_request(request=request)
+                except (Exception, SystemExit) as exc:
+                    plugin = _raiser(exc, outcomes)
+                    raise refuse(f"the gate failed ({describe_exception(exc)})", plugin) from exc
+            replacements: list[tuple[str, ModelRequest]] = []
+            for plugin, value in _attributed(values, outcomes):
+                if isinstance(value, Veto):
+                    raise refuse(value.reason, plugin)
+                if isinstance(value, ModelRequest):
+                    value = attrs.evolve(value, id=request.id)  # still the same request
+                    if value != request:
+                        replacements.append((plugin, value))
+                else:
+                    raise refuse(f"the gate returned {type(value).__name__}, not Veto, ModelRequest or None", plugin)
+            if not replacements:
+                return request
+            if any(r != replacements[0][1] for _, r in replacements[1:]):
+                plugins = [p for p, _ in replacements]
+                raise refuse(f"request gates replaced the request in conflicting ways ({_names(plugins)})", plugins[0])
+            request = replacements[0][1]
+        raise refuse(f"request gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
 
     def _finish(self, call: ToolCall, result: ToolResult) -> ToolResult:
         result = self._gate_result(call, result)

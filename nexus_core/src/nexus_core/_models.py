@@ -135,6 +135,44 @@ class Rewrite:
 
 
 @attrs.frozen
+class Ask:
+    """A gate's answer that a person must decide: the call runs only if the front end's approver
+    approves it. A veto from any gate still wins; several gates asking make one question."""
+
+    question: str
+
+
+@attrs.frozen
+class Question:
+    """What the person behind a front end is asked, through the approver.
+
+    `kind` is "approval" when gates answered a call with `Ask` (`text` holds their questions,
+    `asked_by` their plugin ids, `call` the call that would run), or "question" when the
+    `question` tool asks (`text` is the model's question, `options` its suggested answers,
+    `call` the question tool's own call). `call.parent_call_id` tells which call is waiting
+    (a script's timeout should not run while a person decides).
+    """
+
+    kind: Literal["approval", "question"]
+    call: ToolCall
+    text: str
+    options: tuple[str, ...] = ()
+    asked_by: tuple[str, ...] = ()
+    tool: ToolDef | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
+class Answer:
+    """What the person answered: for an approval, `approved` and maybe the reason (`text`) for a
+    denial; for a question, `approved` true and the answer in `text`, or `approved` false when
+    they did not answer. `by` says who answered ("user", or a policy such as "--yes")."""
+
+    approved: bool
+    text: str = ""
+    by: str = "user"
+
+
+@attrs.frozen
 class CallContext:
     """What a context-taking handler receives besides its arguments."""
 
@@ -147,6 +185,9 @@ class CallContext:
     data: Mapping[str, Any] = attrs.field(factory=dict)
     #: the Nexus running the call, for tools that call other tools
     nexus: Any = attrs.field(default=None, repr=False)
+    #: the approver that answers for this call (the invoke's, a parent call's, or the Nexus's),
+    #: for tools that ask the person something: `ctx.nexus.ask(question, approver=ctx.approver)`
+    approver: Any = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import os
 import threading
@@ -16,7 +17,8 @@ import pluggy
 
 from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
-from ._models import ErrorKind, ToolCall, ToolDef, ToolResult
+from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
+from ._models import Answer, ErrorKind, Question, ToolCall, ToolDef, ToolResult
 from ._plugins import (
     Phase,
     PluginFailure,
@@ -38,6 +40,11 @@ log = logging.getLogger("nexus_core")
 
 ConfigSource = str | os.PathLike[str] | dict[str, Any] | None
 
+#: The person's side of a front end: called with a `Question` (an approval a gate asked for, or
+#: the `question` tool), it returns True / False / `Veto(reason)` for an approval, the answer's
+#: text or None for a question, or an `Answer`. It may be called from several threads at once.
+Approver = Callable[[Question], Any]
+
 
 def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.8)
@@ -49,7 +56,9 @@ class Nexus:
 
     `Nexus()` loads every installed plugin with default settings; `Nexus.from_config(...)` reads
     a YAML file or a dict. `plugins=` adds plugin objects of your own (gates, observers, tools);
-    `tools=` adds tools directly. Use it as a context manager, or call `close()`.
+    `tools=` adds tools directly. `approver=` answers for the person when a gate asks
+    (`Ask`) or the `question` tool asks; without one, such calls are refused. Use it as a
+    context manager, or call `close()`.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class Nexus:
         tools: Iterable[Any] = (),
         workspace: str | os.PathLike[str] | None = None,
         autoload: bool = True,
+        approver: Approver | None = None,
     ) -> None:
         self.config = config if isinstance(config, NexusConfig) else load_config(config)
         if workspace is not None:
@@ -67,6 +77,9 @@ class Nexus:
         self._pm = new_plugin_manager()
         self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
                                       prepare=self._apply_tool_settings)
+        self._providers = ProviderRegistry()
+        #: who answers when a gate asks or the question tool asks, unless an invoke names its own
+        self.approver: Approver | None = approver
         self._invoker = Invoker(self, self._pm, self._registry)
         self._failures: list[PluginFailure] = []
         self._skipped: list[PluginInfo] = []
@@ -148,6 +161,7 @@ class Nexus:
     def _stop(self, name: str) -> None:
         """Remove a plugin's tools, shut it down if it was started, and unregister it."""
         self._registry.remove_plugin(name)
+        self._providers.remove_plugin(name)
         if name in self._started:
             self._started.remove(name)
             self._shutdown(name)
@@ -204,6 +218,8 @@ class Nexus:
             for phase, hook, kwargs in (
                 ("configure", "nexus_configure", {"config": sections[name], "nexus": self}),
                 ("register_tools", "nexus_register_tools", {"register": self._register_for(name), "nexus": self}),
+                ("register_providers", "nexus_register_providers",
+                 {"register": functools.partial(self._providers.add, plugin=name), "nexus": self}),
             ):
                 try:
                     call_for_plugin(self._pm, hook, name, **kwargs)
@@ -331,7 +347,9 @@ class Nexus:
                 continue
             hooks = sorted(c.name for c in self._pm.get_hookcallers(plugin) or [])
             dist, version = self._dists.get(name, (None, None))
-            infos.append(PluginInfo(name, "active", dist, version, tuple(hooks), tuple(sorted(by_plugin.get(name, ())))))
+            providers = tuple(p for p, owner in self._providers.names().items() if owner == name)
+            infos.append(PluginInfo(name, "active", dist, version, tuple(hooks), tuple(sorted(by_plugin.get(name, ()))),
+                                    providers=providers))
         infos.extend(self._skipped)
         for f in self._failures:
             dist, version = self._dists.get(f.name, (None, None))
@@ -360,12 +378,15 @@ class Nexus:
         parent_call_id: str | None = None,
         context: Mapping[str, Any] | None = None,
         answer: Any = None,
+        approver: Approver | None = None,
     ) -> ToolResult:
         """Run a tool through the gates. Never raises for a tool's failure: unknown tools,
         vetoes, invalid arguments and handler exceptions all come back as error results.
 
         `invoke("name", {...})` or `invoke(ToolCall(...))`. `context` is data handed to tools
-        that take a context; `answer` is a host-supplied answer (to a pending question).
+        that take a context; `answer` is a host-supplied answer (to a pending question);
+        `approver` answers for the person during this call and the calls it makes (a run_code
+        script's), in place of the Nexus's `approver`.
         """
         if isinstance(call, str):
             if arguments is not None and not isinstance(arguments, Mapping):
@@ -378,7 +399,13 @@ class Nexus:
             raise TypeError(f"invoke() takes a tool name or a ToolCall, not {type(call).__name__}")
         if self._closed:
             return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
-        return self._invoker.invoke_call(call, context=context, answer=answer)
+        return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver)
+
+    def ask(self, question: Question, approver: Approver | None = None) -> Answer:
+        """Ask the person behind the front end (`approver`, else the Nexus's) and return the
+        `Answer`. Announced to `nexus_ask_start` / `nexus_ask_end`. Never raises: with no
+        approver, or one that fails, the answer is a refusal (`approved` false, `by` "nobody")."""
+        return self._invoker.ask(question, approver)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind = "failure") -> ToolResult:
         """Answer `call` with an error without running it, as a front end does for a call it
@@ -386,6 +413,19 @@ class Nexus:
         limit). The result takes the result gates and observers like every other result, so an
         audit sees refusals too."""
         return self._invoker.refuse(call, error, kind)
+
+    # -- models -----------------------------------------------------------------------------
+
+    def complete(self, request: ModelRequest, call: ModelCall | None = None) -> ModelResponse:
+        """Send a model request through the request gates to its provider, and show the
+        response to the observers. `call` carries streamed text and cancellation (default: no
+        streaming). Raises `ModelError`: "vetoed" by a gate, "unknown_provider", "cancelled",
+        or "failed" (the provider got no answer)."""
+        return complete(self._pm, self._invoker.gate_request, self._providers, request, call)
+
+    def providers(self) -> dict[str, str | None]:
+        """The registered model providers: name -> the plugin that registered it."""
+        return self._providers.names()
 
     def schemas(self, format: str = "openai", *, code_only: bool = False, **options: Any) -> Any:
         """The tools a model calls directly, in an LLM provider's format: "openai",
@@ -401,14 +441,21 @@ class Nexus:
         from .adapters._declare import _OPTION_FORMATS as OPTION_FORMATS
 
         settings = self.config.tool_settings
-        tools = [t for t in self.tools()
-                 if code_only or t.exposure != "code" or settings.get(t.name, {}).get("allowed_callers")]
+        tools = self.model_tools(code_only=code_only)
         if "allowed_callers" not in options and format in OPTION_FORMATS["allowed_callers"]:
             configured = {t.name: settings[t.name]["allowed_callers"] for t in tools
                           if settings.get(t.name, {}).get("allowed_callers")}
             if configured:
                 options["allowed_callers"] = configured
         return to_provider_schemas(tools, format, **options)
+
+    def model_tools(self, *, code_only: bool = False) -> list[ToolDef]:
+        """The tools `schemas()` declares, as ToolDefs: those a model calls directly (an agent
+        loop offers these). Tools whose `exposure` is "code" are left out unless the config gives
+        them `allowed_callers`, or `code_only=True` asks for every tool."""
+        settings = self.config.tool_settings
+        return [t for t in self.tools()
+                if code_only or t.exposure != "code" or settings.get(t.name, {}).get("allowed_callers")]
 
     # -- plugin data and lifecycle ----------------------------------------------------------
 

@@ -43,7 +43,7 @@ ENV_DISABLE_AUTOLOAD = "NEXUS_DISABLE_PLUGIN_AUTOLOAD"
 ENV_BLOCK = "NEXUS_BLOCK_PLUGINS"
 ENV_TRACE = "NEXUS_TRACE_HOOKS"
 
-Phase = Literal["import", "create", "validate", "config", "configure", "register_tools"]
+Phase = Literal["import", "create", "validate", "config", "configure", "register_tools", "register_providers"]
 
 
 @attrs.frozen
@@ -67,6 +67,7 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     error: str | None = None
+    providers: tuple[str, ...] = ()
 
 
 def env_flag(name: str) -> bool:
@@ -90,11 +91,14 @@ OBSERVER_HOOKS = frozenset({
     "nexus_code_exec_request",
     "nexus_code_exec_stdout",
     "nexus_code_exec_result",
+    "nexus_ask_start",
+    "nexus_ask_end",
+    "nexus_model_response",
 })
 
 #: Hooks whose implementations decide (veto, rewrite, replace). Their outcomes and exceptions
 #: are attributed to the plugin that produced them, so messages can name it.
-GATE_HOOKS = frozenset({"nexus_before_tool_invoke", "nexus_before_tool_result"})
+GATE_HOOKS = frozenset({"nexus_before_tool_invoke", "nexus_before_tool_result", "nexus_before_model_request"})
 
 
 @attrs.frozen

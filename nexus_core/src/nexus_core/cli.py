@@ -346,6 +346,8 @@ def cmd_plugins(nx: Nexus, as_json: bool, verbose: bool) -> int:
         click.echo(f"{info.name}  [{info.status}]  {dist}")
         if info.tools:
             click.echo(f"    tools: {', '.join(info.tools)}")
+        if info.providers:
+            click.echo(f"    model providers: {', '.join(info.providers)}")
         if verbose and info.hooks:
             click.echo(f"    hooks: {', '.join(info.hooks)}")
         if info.error:

@@ -19,10 +19,14 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from ._llm import ModelRequest, ModelResponse
     from ._models import (
+        Answer,
+        Ask,
         CodeExecChunk,
         CodeExecRequest,
         CodeExecResult,
+        Question,
         Rewrite,
         SkillContent,
         ToolCall,
@@ -110,7 +114,7 @@ def nexus_tool_unregister(tool: ToolDef) -> None:
 
 
 @hookspec
-def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | None:
+def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | Ask | None:
     """Gate a call before its arguments are validated and its handler runs.
 
     Return `Veto(reason)` to refuse it: the call does not run and the reason reaches the result
@@ -119,7 +123,11 @@ def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | 
     naming it (fail closed). Return `Rewrite(arguments)` to replace the arguments: all gates then
     run again on the rewritten call, until none rewrites, and the final arguments are validated
     against the tool's schema; two gates rewriting the same call differently refuse it.
-    Return None to let the call through.
+    Return `Ask(question)` to have a person decide once the call is final (no gate rewrites it
+    any more): the approver of the invoke, of its parent call, or of the Nexus is asked all the
+    gates' questions at once; a denial is a veto carrying the person's reason, and with no
+    approver the call is refused (fail closed). A veto wins over an ask. Return None to let the
+    call through.
     """
 
 
@@ -152,6 +160,22 @@ def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> 
     """Answer a `question` tool call for the user: return the answer's text, or None to leave it
     to another plugin. Stops at the first non-None result; when no plugin answers, the question
     comes back as a pending result the host can resume."""
+
+
+@hookspec
+def nexus_ask_start(question: Question) -> None:
+    """Observe a person being asked (an approval a gate's `Ask` wants, or the `question` tool),
+    before the approver is called; the asking call waits until `nexus_ask_end`. A plugin that
+    runs scripts under a deadline (run_code) uses the pair to stop the clock of the script whose
+    inner call waits (`question.call.parent_call_id`). The return value is ignored; an exception
+    is logged and the person is still asked."""
+
+
+@hookspec
+def nexus_ask_end(question: Question, answer: Answer) -> None:
+    """Observe the person's answer (also a denial for want of an approver, or an approver that
+    failed): called once for every `nexus_ask_start`, in the same thread. The return value is
+    ignored; an exception is logged and the answer stands."""
 
 
 # -- skills ---------------------------------------------------------------------------------
@@ -189,6 +213,39 @@ def nexus_code_exec_stdout(chunk: CodeExecChunk) -> None:
 def nexus_code_exec_result(result: CodeExecResult) -> None:
     """Observe how a run_code script ended (result or error, output, timing).
     The return value is ignored."""
+
+
+# -- model requests ---------------------------------------------------------------------------
+
+
+@hookspec
+def nexus_register_providers(register: Callable[..., Any], nexus: Nexus) -> None:
+    """Contribute model providers by calling `register(provider)` with an object that has a
+    `name` (the part of `provider:model` before the colon) and `complete(request, call)`
+    (`nexus_core.ModelProvider`). Called once per plugin after `nexus_configure`. A name
+    registered twice is an error naming both plugins; a plugin that raises here is reported
+    and left out, like one whose `nexus_register_tools` raises. The return value is ignored.
+    """
+
+
+@hookspec
+def nexus_before_model_request(request: ModelRequest) -> Veto | ModelRequest | None:
+    """Gate a model request before it is sent (`Nexus.complete`, which every agent loop uses).
+
+    Return `Veto(reason)` to refuse it: `complete` raises `ModelError(kind="vetoed")` carrying
+    the reason and naming the plugin. Return a `ModelRequest` to send that one instead (its id
+    is kept; request gates then run again on it, until none replaces it; two different
+    replacements refuse the request). Return None to let it through. A veto wins whatever the
+    plugin order; a gate that raises, or returns anything else, counts as a veto (fail closed).
+    """
+
+
+@hookspec
+def nexus_model_response(request: ModelRequest, response: ModelResponse) -> None:
+    """Observe each model response with the request that was sent (after the request gates):
+    its text, tool calls and `usage`, for logging or metering. Not called for a request that
+    failed or was vetoed. The return value is ignored; an exception is logged and the response
+    still reaches the loop."""
 
 
 # -- the command line -----------------------------------------------------------------------

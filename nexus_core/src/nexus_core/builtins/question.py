@@ -3,7 +3,9 @@ user something.
 
 Who answers, in order: an answer the host passed for this call (`nx.invoke(..., answer=...)`,
 which the tool reads as `CallContext.answer`), then the first plugin whose
-`nexus_question_answer(question, options, call)` returns one. With no answer the result is
+`nexus_question_answer(question, options, call)` returns one, then the person behind the front
+end: the approver of the call (or of the Nexus) is asked, as it is when a gate answers a call
+with `Ask` (`nexus chat` asks at its prompt). With no answer the result is
 *pending*, not an error: it says what was asked, with `metadata["pending"]` true and
 `output_structured["status"] == "pending"`, so an agent loop can ask the user and invoke the
 call again with `answer=`.
@@ -15,7 +17,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._models import CallContext, ToolCall, ToolResult
+from .._models import CallContext, Question, ToolCall, ToolResult
 from .._native import native_tool
 from ..hookspecs import hookimpl
 
@@ -67,6 +69,9 @@ def make_question_tool(nexus: Nexus) -> Any:
             call = ToolCall(name=ctx.tool_name or "question", arguments=dict(arguments), id=ctx.call_id,
                             parent_call_id=ctx.parent_call_id)
             answer = nexus.hook.nexus_question_answer(question=question, options=options, call=call)
+            if answer is None and ctx.approver is not None:
+                reply = nexus.ask(Question("question", call, question, tuple(options)), approver=ctx.approver)
+                answer = reply.text if reply.approved else None
         if answer is None:
             return pending_result(question, options)
         return ToolResult(

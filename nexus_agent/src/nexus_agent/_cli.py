@@ -1,0 +1,162 @@
+"""`nexus chat` and `nexus ask`, added to `nexus` through `nexus_register_commands`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError
+
+if TYPE_CHECKING:
+    from nexus_core import Nexus
+
+    from . import AgentPlugin
+    from ._events import AgentResult
+    from ._session import Session
+
+PLUGIN_ID = "nexus.agent"
+EXIT_INTERRUPTED = 130
+
+_model_option = click.option(
+    "--model", metavar="PROVIDER:MODEL",
+    help="The model, e.g. openai:gpt-4.1 or anthropic:claude-sonnet-4-5 (default: the config's `model`).")
+_turns_option = click.option(
+    "--max-turns", type=click.IntRange(min=1), metavar="N",
+    help="Model requests per task, at most (default: the config's max_turns, 20).")
+_verbose_option = click.option(
+    "-v", "--verbose", is_flag=True, help="Show each tool call's full arguments and output, not one line.")
+
+
+def _open(ctx: click.Context, max_turns: int | None) -> Nexus:
+    state = ctx.ensure_object(CliState)
+    if max_turns is not None:
+        state.plugin_settings.setdefault(PLUGIN_ID, {})["max_turns"] = max_turns
+    return state.open(ctx)
+
+
+def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
+    """A session of this Nexus's agent, or UsageError saying what is missing."""
+    from nexus_core import split_model
+
+    agent: AgentPlugin | None = nx.plugin(PLUGIN_ID)
+    if agent is None:
+        raise UsageError(f"the agent plugin {PLUGIN_ID} is not active here (check plugins.active and "
+                         "plugins.blocked; `nexus plugins` shows why)")
+    chosen = model or nx.config.model
+    if not chosen:
+        raise UsageError("no model: pass --model provider:model (e.g. openai:gpt-4.1) or set "
+                         "`model:` in the config")
+    try:
+        provider, _ = split_model(chosen)
+    except ValueError as exc:
+        raise UsageError(f"--model: {exc}" if model else f"model: {exc}") from None
+    if provider not in nx.providers():
+        known = ", ".join(nx.providers()) or "none (pip install nexus-rt-provider-openai or nexus-rt-provider-anthropic)"
+        raise UsageError(f"no model provider {provider!r} is installed and active; providers here: {known}")
+    return agent.session(model=chosen, **kwargs)
+
+
+def _stop_note(result: AgentResult) -> str | None:
+    if result.stop_reason == "final_answer":
+        return None
+    if result.stop_reason == "interrupted":
+        return "stopped: interrupted"
+    detail = {"max_turns": f"after {result.turns} model requests (max_turns)",
+              "max_tokens": f"after {result.usage.total_tokens} tokens (max_tokens)"}.get(result.stop_reason)
+    return f"stopped ({result.stop_reason}): {result.error or detail}"
+
+
+def _status(result: AgentResult) -> int:
+    if result.stop_reason == "final_answer":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else EXIT_FAILED
+
+
+@click.command("ask", epilog="""\b
+Examples:
+  nexus ask "What does README.md say about installing?"
+  nexus ask --model anthropic:claude-sonnet-4-5 --yes "Tidy up the imports in app.py"
+  echo "Summarise CHANGES.md" | nexus ask - --json""")
+@click.argument("prompt", nargs=-1, required=True)
+@_model_option
+@click.option("--yes", "policy", flag_value="yes", help="Approve every call a gate asks about.")
+@click.option("--no", "policy", flag_value="no", help="Refuse every call a gate asks about (the default).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the whole transcript and the result as JSON instead of the streamed answer.")
+@_turns_option
+@_verbose_option
+@click.pass_context
+def ask_command(ctx: click.Context, prompt: tuple[str, ...], model: str | None, policy: str | None,
+                as_json: bool, max_turns: int | None, verbose: bool) -> int:
+    """Give the agent one task (PROMPT; '-' reads stdin) and print its answer as it streams.
+    Tool calls show one line each on stderr. Exits 0 on an answer, 1 when the task stopped
+    otherwise (turn limit, token budget, an error), 130 when interrupted."""
+    from ._console import Display, PolicyApprover, run_task
+
+    text = sys.stdin.read() if prompt == ("-",) else " ".join(prompt)
+    if not text.strip():
+        raise UsageError("the prompt is empty")
+    nx = _open(ctx, max_turns)
+    display = Display(sys.stdout, sys.stderr, verbose=verbose, show_text=not as_json)
+    with _session(nx, model, approver=PolicyApprover(display, policy), on_event=display) as session:
+        result = run_task(session, text, display, None)
+        records = list(session.transcript.records)
+    display.end_text()
+    if as_json:
+        from ._session import _usage_json
+
+        click.echo(json.dumps({
+            "session": result.session_id, "transcript": result.transcript, "answer": result.text,
+            "stop_reason": result.stop_reason, "turns": result.turns, "usage": _usage_json(result.usage),
+            "error": result.error, "records": records,
+        }, indent=2, ensure_ascii=False, default=str))
+    note = _stop_note(result)
+    if note:
+        click.echo(f"nexus: {note}", err=True)
+    return _status(result)
+
+
+@click.command("chat", epilog="""\b
+Examples:
+  nexus chat
+  nexus --config agent.yaml chat --model openai:gpt-4.1 -v
+
+\b
+Ctrl-C stops the current turn (the chat goes on); Ctrl-D or /exit ends the chat.""")
+@_model_option
+@_turns_option
+@_verbose_option
+@click.pass_context
+def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, verbose: bool) -> int:
+    """Talk with the agent: each message is a task; its text streams as it comes, each tool call
+    shows as one line, and calls a gate asks about are put to you at the prompt."""
+    from ._console import ConsoleApprover, Display, LineReader, run_task
+
+    nx = _open(ctx, max_turns)
+    display = Display(sys.stdout, sys.stdout, verbose=verbose)
+    read = LineReader(prompt_out=sys.stdout)
+    approver = ConsoleApprover(display, read)
+    with _session(nx, model, approver=approver, on_event=display) as session:
+        where = f"; transcript: {session.transcript_path}" if session.transcript_path else ""
+        click.echo(f"nexus chat with {session.model} (Ctrl-C stops a turn, Ctrl-D or /exit ends){where}", err=True)
+        while True:
+            try:
+                line = read("> ")
+            except EOFError:
+                display.end_text()
+                break
+            except KeyboardInterrupt:
+                display.note("\n(Ctrl-D or /exit ends the chat)")
+                continue
+            if not line.strip():
+                continue
+            if line.strip() in ("/exit", "/quit"):
+                break
+            result = run_task(session, line, display, approver)
+            display.end_text()
+            note = _stop_note(result)
+            if note:
+                display.note(f"[{note}]")
+    return EXIT_OK

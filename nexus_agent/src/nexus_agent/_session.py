@@ -1,0 +1,350 @@
+"""The loop: one conversation with a model, its tool calls run through `Nexus.invoke`.
+
+A task (`Session.send(text)`) goes: ask the model (`Nexus.complete`, so request gates and
+response observers see every request) -> if it asked for no tool, that text is the answer ->
+else run its calls, several at once, each through `Nexus.invoke` (gates, approvals, observers)
+-> give it the results -> again. It stops on a final answer, on `max_turns` model requests, once
+the token budget `max_tokens` is spent, when the person interrupts (`cancel()`), when a request
+gate vetoes a request, or when a request fails. Calls the model asked for but that will not run
+(the limit was reached, the task was interrupted) get an error result each, so the conversation
+stays well formed for the next task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from nexus_core import (
+    Answer,
+    Message,
+    ModelCall,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    Question,
+    ToolCall,
+    ToolResult,
+    Usage,
+    Veto,
+    converter,
+    skills_prompt,
+    split_model,
+)
+
+from ._events import (
+    AgentEvent,
+    AgentResult,
+    ModelResponded,
+    StopReason,
+    TaskStopped,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from ._transcript import Transcript
+
+if TYPE_CHECKING:
+    from nexus_core import Nexus
+
+log = logging.getLogger("nexus_agent")
+
+PLUGIN_ID = "nexus.agent"  # also in __init__.py
+
+#: how often a task waiting for tool calls checks whether it was interrupted
+_POLL_SECONDS = 0.05
+
+
+@attrs.frozen
+class Settings:
+    """The `plugins.nexus.agent` section (see `config_schema`)."""
+
+    max_turns: int = 20
+    max_tokens: int | None = None
+    system_prompt: str = ""
+    max_output_tokens: int = 4096
+    max_parallel_calls: int = 8
+    stream: bool = True
+    transcripts: bool = True
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(4).hex()
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _result_json(result: ToolResult) -> dict[str, Any]:
+    data: dict[str, Any] = converter.unstructure(result)
+    data.pop("is_error", None)
+    return {k: v for k, v in data.items() if v not in (None, {}, "") or k == "output"}
+
+
+def _usage_json(usage: Usage) -> dict[str, int]:
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens}
+
+
+def _reply_json(reply: Any) -> dict[str, Any]:
+    """What an approver answered, for the transcript (before the core reads it as an Answer)."""
+    if isinstance(reply, Answer):
+        return {"approved": reply.approved, "text": reply.text, "by": reply.by}
+    if isinstance(reply, Veto):
+        return {"approved": False, "text": reply.reason, "by": "user"}
+    if isinstance(reply, bool):
+        return {"approved": reply, "by": "user"}
+    if isinstance(reply, str):
+        return {"approved": True, "text": reply, "by": "user"}
+    return {"approved": False, "reply": repr(reply)}
+
+
+class Session:
+    """One conversation: its history, its transcript, and the tasks sent to it one at a time.
+
+    Made by `nx.plugin("nexus.agent").session(...)`. `send(text)` runs a task and returns an
+    `AgentResult`; `cancel()`, from any thread, stops the running task (not the session: the
+    next `send` goes on with the same history). Close it when done (or use it as a context
+    manager): that ends its transcript and its worker threads.
+    """
+
+    def __init__(self, nexus: Nexus, settings: Settings, *, model: str,
+                 approver: Callable[[Question], Any] | None = None,
+                 on_event: Callable[[AgentEvent], None] | None = None,
+                 transcript: bool | None = None) -> None:
+        self.nexus = nexus
+        self.settings = settings
+        self.model = model
+        self.provider, self.model_name = split_model(model)
+        self.id = new_session_id()
+        self.history: list[Message] = []
+        self.usage = Usage()
+        self.approver = approver
+        self.on_event = on_event
+        keep = settings.transcripts if transcript is None else transcript
+        path = nexus.config.session_dir / "plugins" / PLUGIN_ID / f"{self.id}.jsonl" if keep else None
+        self.transcript = Transcript(path)
+        self._cancel = threading.Event()
+        self._current: ModelCall | None = None
+        self._busy = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_calls, thread_name_prefix="nexus-agent")
+        self._closed = False
+        self.transcript.write("session", id=self.id, provider=self.provider, model=self.model_name,
+                              workspace=str(nexus.config.workspace), max_turns=settings.max_turns,
+                              max_tokens=settings.max_tokens)
+
+    @property
+    def transcript_path(self) -> str | None:
+        return str(self.transcript.path) if self.transcript.path is not None else None
+
+    # -- what a front end calls ---------------------------------------------------------------
+
+    def send(self, text: str) -> AgentResult:
+        """Run one task: `text` from the person, then the model and its tool calls until it
+        stops. Never raises for the model's or a tool's failure: the result says why it
+        stopped. One task at a time: a second `send` while one runs is a RuntimeError."""
+        if self._closed:
+            raise RuntimeError("this session is closed")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("a task is already running in this session")
+        try:
+            self._cancel.clear()
+            return self._task(text)
+        finally:
+            self._busy.release()
+
+    def cancel(self) -> None:
+        """Stop the running task soon: the model's stream is closed, no new request or call
+        starts, calls still running are answered as interrupted (they finish in the
+        background). Safe from any thread, also when nothing runs."""
+        self._cancel.set()
+        current = self._current
+        if current is not None:
+            current.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.transcript.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def system_prompt(self) -> str:
+        """The configured system prompt, the workspace, and the skills prompt (when skills exist)."""
+        parts = [self.settings.system_prompt.strip(), f"The workspace is {self.nexus.config.workspace}."]
+        skills = skills_prompt(self.nexus).strip()
+        if skills:
+            parts.append(skills)
+        return "\n\n".join(p for p in parts if p)
+
+    def _task(self, text: str) -> AgentResult:
+        self.history.append(Message.user(text))
+        self.transcript.write("message", role="user", text=text)
+        turns, usage, last_text = 0, Usage(), ""
+        system = self.system_prompt()
+        while True:
+            if self.cancelled:
+                return self._stop("interrupted", last_text, turns, usage)
+            turns += 1
+            request = ModelRequest(
+                provider=self.provider, model=self.model_name, messages=tuple(self.history), system=system,
+                tools=tuple(self.nexus.model_tools()), max_output_tokens=self.settings.max_output_tokens,
+                metadata={"session": self.id, "turn": turns},
+            )
+            self.transcript.write("request", turn=turns, id=request.id, provider=request.provider,
+                                  model=request.model, messages=len(request.messages),
+                                  tools=[t.name for t in request.tools])
+            try:
+                response = self._complete(request)
+            except ModelError as exc:
+                reason: StopReason = {"vetoed": "vetoed", "cancelled": "interrupted"}.get(exc.kind, "error")  # type: ignore[assignment]
+                if self.cancelled:
+                    reason = "interrupted"
+                error = None if reason == "interrupted" else str(exc)
+                return self._stop(reason, last_text, turns, usage, error=error)
+            usage += response.usage
+            self.usage += response.usage
+            last_text = response.text
+            self.transcript.write("response", turn=turns, id=response.id, model=response.model,
+                                  text=response.text, tool_calls=[_call_json(c) for c in response.tool_calls],
+                                  usage=_usage_json(response.usage), stop_reason=response.stop_reason)
+            self._emit(ModelResponded(turns, response))
+            self.history.append(Message.assistant(response.text, response.tool_calls))
+            if not response.tool_calls:
+                return self._stop("final_answer", response.text, turns, usage)
+            limit = self._limit(turns, usage)
+            if limit is not None:
+                reason, why = limit
+                self._not_run(response.tool_calls, f"not run: {why}")
+                return self._stop(reason, last_text, turns, usage)
+            results = self._run_calls(response.tool_calls)
+            self.history.append(Message.tool(tuple(results)))
+
+    def _complete(self, request: ModelRequest) -> ModelResponse:
+        streamed: list[str] = []
+
+        def on_text(delta: str) -> None:
+            streamed.append(delta)
+            self._emit(TextDelta(delta))
+
+        call = ModelCall(on_text=on_text, stream=self.settings.stream)
+        self._current = call
+        try:
+            if self.cancelled:  # cancelled between the check and here: the new call too
+                call.cancel()
+            response = self.nexus.complete(request, call)
+        except ModelError:
+            if streamed:  # what the person saw of a response that never ended
+                self.transcript.write("partial_response", turn=request.metadata.get("turn"), text="".join(streamed))
+            raise
+        finally:
+            self._current = None
+        if response.text and not streamed:  # not streamed: the front end gets the text whole
+            self._emit(TextDelta(response.text))
+        return response
+
+    def _limit(self, turns: int, usage: Usage) -> tuple[StopReason, str] | None:
+        if turns >= self.settings.max_turns:
+            return "max_turns", f"the turn limit ({self.settings.max_turns} model requests) is reached"
+        budget = self.settings.max_tokens
+        if budget is not None and usage.total_tokens >= budget:
+            return "max_tokens", f"the token budget ({usage.total_tokens} of {budget} tokens) is spent"
+        return None
+
+    def _not_run(self, calls: tuple[ToolCall, ...], why: str) -> None:
+        """Answer calls that will not run (through the result gates and observers), so the
+        conversation has a result for each call the model made."""
+        results = []
+        for call in calls:
+            result = self.nexus.refuse(call, why, "cancelled")
+            self._record_result(call, result)
+            results.append(result)
+        self.history.append(Message.tool(tuple(results)))
+
+    def _run_calls(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
+        futures: list[Future[ToolResult]] = [self._pool.submit(self._invoke, call) for call in calls]
+        results: list[ToolResult] = []
+        for call, future in zip(calls, futures):
+            while True:
+                if self.cancelled and not future.done():
+                    result = ToolResult(id=call.id, name=call.name, error_kind="cancelled",
+                                        output="interrupted by the user before this call finished",
+                                        error="interrupted by the user before this call finished")
+                    self.transcript.write("tool_interrupted", call=_call_json(call))
+                    break
+                try:
+                    result = future.result(timeout=_POLL_SECONDS)
+                    break
+                except FutureTimeout:
+                    continue
+            results.append(result)
+        return results
+
+    def _invoke(self, call: ToolCall) -> ToolResult:
+        self._emit(ToolCallStarted(call))
+        invalid = call.metadata.get("invalid_arguments")
+        if invalid:  # the provider could not read the arguments the model wrote
+            result = self.nexus.refuse(call, f"invalid arguments for {call.name}: {invalid}", "invalid_arguments")
+        else:
+            result = self.nexus.invoke(call, approver=self._approver(), context={"session": self.id})
+        self._record_result(call, result)
+        return result
+
+    def _record_result(self, call: ToolCall, result: ToolResult) -> None:
+        self.transcript.write("tool_result", call=_call_json(call), result=_result_json(result))
+        self._emit(ToolCallFinished(call, result))
+
+    def _approver(self) -> Callable[[Question], Any] | None:
+        inner = self.approver if self.approver is not None else self.nexus.approver
+        if inner is None:
+            return None
+
+        def recorded(question: Question) -> Any:
+            self.transcript.write("ask", kind=question.kind, call=_call_json(question.call), text=question.text,
+                                  options=list(question.options), asked_by=list(question.asked_by))
+            if self.cancelled:
+                reply: Any = Answer(False, "the task was interrupted", by="nobody")
+            else:
+                reply = inner(question)
+            self.transcript.write("answer", call_id=question.call.id, **_reply_json(reply))
+            return reply
+
+        return recorded
+
+    def _stop(self, reason: StopReason, text: str, turns: int, usage: Usage, error: str | None = None) -> AgentResult:
+        result = AgentResult(text=text, stop_reason=reason, turns=turns, usage=usage, session_id=self.id,
+                             transcript=self.transcript_path, error=error)
+        self.transcript.write("stop", reason=reason, text=text, turns=turns, usage=_usage_json(usage),
+                              error=error)
+        self._emit(TaskStopped(result))
+        return result
+
+    def _emit(self, event: AgentEvent) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception:
+            log.exception("the session's on_event callback raised on %s", type(event).__name__)

@@ -1,0 +1,296 @@
+"""Model requests: the provider-neutral messages an agent loop sends, the responses it gets, and
+the one path every model request takes (`Nexus.complete`).
+
+A provider plugin registers a `ModelProvider` through `nexus_register_providers(register)`; it
+turns a `ModelRequest` (system prompt, messages, tools) into a `ModelResponse` (text, tool
+calls, usage) with its vendor's SDK. An agent loop never imports a provider: it calls
+`nx.complete(request)`, which runs the request gates (`nexus_before_model_request`: veto or
+replace, deny wins, a gate that raises vetoes), finds the provider named by `request.provider`,
+and shows the response to the observers (`nexus_model_response`). So a gate or a meter sees
+every request whichever loop sends it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from ._models import JSONObject, ToolCall, ToolDef, ToolResult
+
+if TYPE_CHECKING:
+    from ._plugins import NexusPluginManager
+
+log = logging.getLogger("nexus_core")
+
+ModelErrorKind = Literal["unknown_provider", "vetoed", "cancelled", "failed"]
+
+
+def _new_request_id() -> str:
+    return "req_" + os.urandom(12).hex()
+
+
+def split_model(spec: str) -> tuple[str, str]:
+    """`"openai:gpt-4.1"` -> `("openai", "gpt-4.1")`. The provider is what comes before the first
+    colon, so a model name may hold colons of its own (`"openai:llama3:8b"` on a local server).
+    Raises ValueError for a spec without a provider or a model."""
+    provider, sep, model = spec.partition(":")
+    if not sep or not provider.strip() or not model.strip():
+        raise ValueError(f"model {spec!r} is not provider:model (for example openai:gpt-4.1 or "
+                         "anthropic:claude-sonnet-4-5)")
+    return provider.strip(), model.strip()
+
+
+@attrs.frozen
+class Usage:
+    """Tokens a model request used, as the provider reported them (0 when it did not)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@attrs.frozen
+class Message:
+    """One message of a conversation, in no provider's format: the person's text ("user"), the
+    model's text and tool calls ("assistant"), or the results of those calls ("tool", in the
+    order of the calls). Providers translate it to their wire format."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls("user", text)
+
+    @classmethod
+    def assistant(cls, text: str = "", tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        return cls("assistant", text, tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, results: tuple[ToolResult, ...]) -> Message:
+        return cls("tool", tool_results=tuple(results))
+
+
+@attrs.frozen
+class ModelRequest:
+    """What an agent loop asks a model: `model` of `provider`, with a system prompt, the
+    conversation so far and the tools it may call. `metadata` is the loop's own (session id,
+    turn number), for gates and observers; providers ignore it."""
+
+    provider: str
+    model: str
+    messages: tuple[Message, ...] = ()
+    system: str = ""
+    tools: tuple[ToolDef, ...] = ()
+    max_output_tokens: int | None = None
+    id: str = attrs.field(factory=_new_request_id)
+    metadata: JSONObject = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ModelResponse:
+    """What the model answered: text, tool calls (in order; their ids are the provider's), the
+    tokens used, and why it stopped in the provider's own words ("stop", "end_turn",
+    "tool_calls", "length", ...). `model` is the model that answered, as the provider names it."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    stop_reason: str | None = None
+    model: str = ""
+    id: str | None = None
+    metadata: JSONObject = attrs.field(factory=dict)
+
+
+class ModelError(Exception):
+    """A model request that produced no response. `kind`: "unknown_provider" (no provider of that
+    name), "vetoed" (a request gate refused it; `plugin` names the gate), "cancelled" (the caller
+    cancelled it), or "failed" (the provider could not get an answer: network, authentication, a
+    missing API key, a reply it could not read). The message never holds an API key."""
+
+    def __init__(self, message: str, kind: ModelErrorKind = "failed", plugin: str | None = None) -> None:
+        super().__init__(message)
+        self.kind: ModelErrorKind = kind
+        self.plugin = plugin
+
+
+class ModelCall:
+    """One model request in flight, shared by its caller and the provider: where streamed text
+    goes, and whether the caller cancelled it.
+
+    The caller makes one per request (`ModelCall(on_text=print)`) and may call `cancel()` from
+    any thread. The provider streams when `stream` is true, hands each piece of text to
+    `text(delta)`, checks `cancelled` between events, and registers with `on_cancel(fn)` what
+    stops a blocked read at once (closing its HTTP stream). A cancelled call ends in
+    `ModelError(kind="cancelled")`.
+    """
+
+    def __init__(self, on_text: Callable[[str], None] | None = None, *, stream: bool = True) -> None:
+        self.on_text = on_text
+        self.stream = stream
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], Any]] = []
+        self._text_failed = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def text(self, delta: str) -> None:
+        """Pass streamed text to the caller. A caller's callback that raises is logged once and
+        not called again: the request itself goes on."""
+        if not delta or self.on_text is None or self._text_failed or self.cancelled:
+            return
+        try:
+            self.on_text(delta)
+        except Exception:
+            self._text_failed = True
+            log.exception("the on_text callback of a model request raised; no more text goes to it")
+
+    def on_cancel(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` when the call is cancelled (now, if it already is)."""
+        with self._lock:
+            if not self._cancelled.is_set():
+                self._callbacks.append(fn)
+                return
+        self._run(fn)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled.is_set():
+                return
+            self._cancelled.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._run(fn)
+
+    def check(self) -> None:
+        """Raise `ModelError(kind="cancelled")` if the call was cancelled."""
+        if self.cancelled:
+            raise ModelError("the model request was cancelled", "cancelled")
+
+    @staticmethod
+    def _run(fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception:  # closing a stream that is already gone, typically
+            log.debug("an on_cancel callback raised", exc_info=True)
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """What a provider plugin registers: its `name` (the part of `provider:model` before the
+    colon) and `complete`, which sends one request with its vendor's SDK. `complete` raises
+    `ModelError` for a request that got no answer, with a message fit for the person (it names
+    a missing API key's variable, never the key)."""
+
+    name: str
+
+    def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse: ...
+
+
+class ProviderRegistry:
+    """The providers of one Nexus, by name, with the plugin that registered each."""
+
+    def __init__(self) -> None:
+        self._providers: dict[str, tuple[ModelProvider, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, provider: Any, plugin: str | None) -> ModelProvider:
+        name = getattr(provider, "name", None)
+        if not isinstance(name, str) or not name or ":" in name:
+            raise ValueError(f"a model provider needs a `name` without a colon (the part of provider:model "
+                             f"before it), not {name!r}")
+        if not callable(getattr(provider, "complete", None)):
+            raise TypeError(f"model provider {name!r} has no complete(request, call) method")
+        with self._lock:
+            if name in self._providers:
+                other = self._providers[name][1] or "the host"
+                raise ValueError(f"model provider {name!r} is registered twice: by {other} and by "
+                                 f"{plugin or 'the host'}")
+            self._providers[name] = (provider, plugin)
+        return provider
+
+    def remove_plugin(self, plugin: str) -> None:
+        with self._lock:
+            for name in [n for n, (_, p) in self._providers.items() if p == plugin]:
+                del self._providers[name]
+
+    def get(self, name: str) -> ModelProvider | None:
+        entry = self._providers.get(name)
+        return entry[0] if entry else None
+
+    def names(self) -> dict[str, str | None]:
+        """provider name -> the plugin that registered it."""
+        return {n: p for n, (_, p) in sorted(self._providers.items())}
+
+    def unknown(self, name: str) -> ModelError:
+        known = sorted(self._providers)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        have = (f"the providers here are {', '.join(map(repr, known))}" if known else
+                "no provider plugin is installed (pip install nexus-rt-provider-openai or "
+                "nexus-rt-provider-anthropic)")
+        return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
+
+
+def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest],
+             providers: ProviderRegistry, request: ModelRequest, call: ModelCall | None) -> ModelResponse:
+    """The path of one model request; see `Nexus.complete`."""
+    from ._plugins import describe_exception
+
+    if not isinstance(request, ModelRequest):
+        raise TypeError(f"complete() takes a ModelRequest, not {type(request).__name__}")
+    call = call if call is not None else ModelCall(stream=False)
+    call.check()
+    request = gate(request)
+    provider = providers.get(request.provider)
+    if provider is None:
+        raise providers.unknown(request.provider)
+    try:
+        response = provider.complete(request, call)
+    except ModelError as exc:
+        if call.cancelled and exc.kind != "cancelled":
+            raise ModelError("the model request was cancelled", "cancelled") from exc
+        raise
+    except Exception as exc:
+        if call.cancelled:  # a stream closed under the provider's feet: that is the cancel
+            raise ModelError("the model request was cancelled", "cancelled") from exc
+        raise ModelError(f"provider {request.provider!r} failed: {describe_exception(exc)}") from exc
+    if not isinstance(response, ModelResponse):
+        raise ModelError(f"provider {request.provider!r} returned {type(response).__name__}, not a ModelResponse")
+    if "nexus_model_response" in pm.implemented:
+        try:
+            pm.hook.nexus_model_response(request=request, response=response)
+        except Exception:  # only a hook wrapper can get here: observers are contained
+            log.exception("a hook wrapper of nexus_model_response raised (request %s)", request.id)
+    return response
+
+
+__all__ = [
+    "Message",
+    "ModelCall",
+    "ModelError",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "ProviderRegistry",
+    "Usage",
+    "complete",
+    "split_model",
+]

@@ -1,0 +1,104 @@
+"""The `nexus.provider.openai` plugin: the model provider `openai`, on the official `openai` SDK.
+
+It speaks the Chat Completions API, so it also serves any OpenAI-compatible server (vLLM, llama.cpp,
+Ollama, LM Studio, a gateway) through `base_url`. Configured from `plugins.nexus.provider.openai`:
+
+```yaml
+model: openai:gpt-4.1
+plugins:
+  nexus.provider.openai: {base_url: "http://127.0.0.1:8080/v1", api_key_env: OPENAI_API_KEY}
+```
+
+The API key is read from the environment variable `api_key_env` names, when the first request is
+made; it is handed to the SDK and nowhere else: never logged, written or put in an error message.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from nexus_core import hookimpl
+
+if TYPE_CHECKING:
+    import openai
+
+    from nexus_core import ModelCall, ModelRequest, ModelResponse, Nexus
+
+PLUGIN_ID = "nexus.provider.openai"
+PROVIDER = "openai"
+
+
+def config_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "base_url": {"type": ["string", "null"], "default": None,
+                         "description": "the API's base URL (default: the SDK's, or $OPENAI_BASE_URL)"},
+            "api_key_env": {"type": ["string", "null"], "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                            "default": "OPENAI_API_KEY",
+                            "description": "the environment variable holding the API key; null for a "
+                                           "server that takes none"},
+            "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600},
+            "max_retries": {"type": "integer", "minimum": 0, "default": 2},
+            "max_tokens_parameter": {"enum": ["max_completion_tokens", "max_tokens"],
+                                     "default": "max_completion_tokens",
+                                     "description": "how the output limit is sent (older compatible "
+                                                    "servers know only max_tokens)"},
+            "stream_usage": {"type": "boolean", "default": True,
+                             "description": "ask for usage in streamed replies (stream_options)"},
+        },
+    }
+
+
+class OpenAIProvider:
+    """The plugin object of one Nexus, and the provider it registers (`name` "openai")."""
+
+    NEXUS_PLUGIN_ID = PLUGIN_ID
+    name = PROVIDER
+
+    def __init__(self, nexus: Nexus) -> None:
+        self.nexus = nexus
+        self.config: dict[str, Any] = {}
+        self._client: openai.OpenAI | None = None
+        self._key: str | None = None
+        self._lock = threading.Lock()
+
+    @hookimpl
+    def nexus_config_schema(self) -> dict[str, Any]:
+        return config_schema()
+
+    @hookimpl
+    def nexus_configure(self, config: dict[str, Any]) -> None:
+        self.config = dict(config)
+
+    @hookimpl
+    def nexus_register_providers(self, register: Any) -> None:
+        register(self)
+
+    @hookimpl
+    def nexus_shutdown(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def client(self) -> openai.OpenAI:
+        """The SDK client, made on first use (raises ModelError when the key is missing)."""
+        with self._lock:
+            if self._client is None:
+                from ._chat import make_client
+
+                self._client, self._key = make_client(self.config)
+            return self._client
+
+    def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
+        from ._chat import complete
+
+        return complete(self.client(), self.config, request, call, secret=self._key)
+
+    def __repr__(self) -> str:  # never the client's, which holds the key
+        return f"<OpenAIProvider base_url={self.config.get('base_url')!r}>"
+
+
+__all__ = ["PLUGIN_ID", "PROVIDER", "OpenAIProvider", "config_schema"]

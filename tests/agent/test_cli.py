@@ -1,0 +1,330 @@
+"""`nexus ask` and `nexus chat` as real subprocesses, with the real SDKs talking to the fake
+provider server on loopback: streamed answers, one line per tool call, approvals by policy and at
+the prompt, the question tool, exit statuses, Ctrl-C (a real terminal, and a signal), and the API
+key in no output and no file."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.providers import Call, FakeProviders, anthropic_message, chat_completion
+
+from nexus_agent import read_transcript
+
+from .conftest import API_KEY, GATE_ENV, RunNexus, Workspace, subprocess_env
+from .stalling import Answer, Stall, StallingServer
+
+
+def transcripts(workspace: Workspace) -> list[Path]:
+    return sorted((workspace.sessions / "plugins" / "nexus.agent").glob("*.jsonl"))
+
+
+def no_key_anywhere(workspace: Workspace, *outputs: str) -> None:
+    for text in outputs:
+        assert API_KEY not in text
+    for path in workspace.files_written():
+        assert API_KEY.encode() not in path.read_bytes(), path
+
+
+def test_ask_streams_the_answer_and_shows_each_call_on_one_line(fake: FakeProviders, workspace: Workspace,
+                                                               run_nexus: RunNexus) -> None:
+    (workspace.root / "todo.txt").write_text("buy milk\ncall bob\n")
+    fake.script("openai.chat",
+                chat_completion("Reading the list.", [Call("read", {"path": "todo.txt"}), Call("glob", {"pattern": "*"})]),
+                chat_completion("Two things: buy milk, call bob."))
+    workspace.config()
+    proc = run_nexus("ask", "What", "is", "on", "my", "list?")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Reading the list.\nTwo things: buy milk, call bob.\n"
+    lines = proc.stderr.splitlines()
+    assert '  tool read {"path": "todo.txt"} -> ok, 2 lines' in lines
+    assert any(line.startswith('  tool glob {"pattern": "*"} -> ok') for line in lines)
+    assert fake.requests_for("openai.chat")[0].body["messages"][1] == {"role": "user", "content": "What is on my list?"}
+    assert all(r.stream for r in fake.requests_for("openai.chat"))
+    [path] = transcripts(workspace)
+    assert read_transcript(path)[-1]["reason"] == "final_answer"
+    no_key_anywhere(workspace, proc.stdout, proc.stderr)
+
+
+def test_ask_verbose_shows_the_whole_call(fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus) -> None:
+    (workspace.root / "todo.txt").write_text("buy milk\n")
+    fake.script("openai.chat", chat_completion(None, [Call("read", {"path": "todo.txt"})]), chat_completion("Milk."))
+    workspace.config()
+    proc = run_nexus("ask", "-v", "list?")
+    assert proc.returncode == 0, proc.stderr
+    assert '"path": "todo.txt"' in proc.stderr and "buy milk" in proc.stderr and "output:" in proc.stderr
+
+
+def test_ask_json_gives_the_whole_transcript(fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus) -> None:
+    fake.script("anthropic.messages", anthropic_message("Listing.", [Call("list", {})]),
+                anthropic_message("Empty folder."))
+    workspace.config(model="anthropic:claude-sonnet-4-5")
+    proc = run_nexus("ask", "--json", "what is here?")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["answer"] == "Empty folder." and data["stop_reason"] == "final_answer" and data["turns"] == 2
+    assert [r["type"] for r in data["records"]] == ["session", "message", "request", "response", "tool_result",
+                                                    "request", "response", "stop"]
+    assert data["records"] == read_transcript(data["transcript"])
+    assert data["usage"]["total_tokens"] == sum(r["usage"]["total_tokens"] for r in data["records"]
+                                                if r["type"] == "response")
+
+
+@pytest.mark.parametrize("flag", ["--yes", "--no", None])
+def test_ask_answers_approvals_by_its_policy(flag: str | None, fake: FakeProviders, workspace: Workspace,
+                                            run_nexus: RunNexus, gate_site: Path) -> None:
+    fake.script("openai.chat", chat_completion(None, [Call("write", {"path": "out.txt", "content": "hi"})]),
+                chat_completion("Done."))
+    workspace.config()
+    env = subprocess_env(gate_site, **{GATE_ENV: "write"})
+    proc = run_nexus("ask", *([flag] if flag else []), "write hi to out.txt", env=env)
+    assert proc.returncode == 0, proc.stderr
+    [sent] = [m["content"] for m in fake.last("openai.chat").body["messages"] if m["role"] == "tool"]
+    if flag == "--yes":
+        assert (workspace.root / "out.txt").read_text() == "hi"
+        assert "  approved (--yes): write" in proc.stderr
+        assert not sent.startswith("vetoed")
+    else:
+        assert not (workspace.root / "out.txt").exists()
+        if flag == "--no":
+            assert "  refused (--no): write" in proc.stderr and sent == "vetoed: denied by nexus ask --no"
+        else:
+            assert "(nexus ask --yes approves such calls)" in proc.stderr
+            assert sent == ("vetoed: denied by nexus ask: no one is here to approve it (nexus ask was run "
+                            "without --yes)")
+
+
+def test_ask_exit_status_when_the_turn_limit_is_hit(fake: FakeProviders, workspace: Workspace,
+                                                   run_nexus: RunNexus) -> None:
+    fake.script("openai.chat", *[chat_completion(None, [Call("list", {})]) for _ in range(2)])
+    workspace.config()
+    proc = run_nexus("ask", "--max-turns", "2", "loop")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == "nexus: stopped (max_turns): after 2 model requests (max_turns)"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "nope:m1"], "no model provider 'nope' is installed and active; providers here: anthropic, openai"),
+    (["--model", "gpt-4.1"], "--model: model 'gpt-4.1' is not provider:model"),
+])
+def test_ask_refuses_a_model_it_cannot_use(args: list[str], message: str, workspace: Workspace,
+                                          run_nexus: RunNexus) -> None:
+    workspace.config()
+    proc = run_nexus("ask", *args, "hi")
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_ask_without_a_model_says_how_to_give_one(workspace: Workspace, run_nexus: RunNexus) -> None:
+    config = workspace.config()
+    del config["model"]
+    workspace.config_path.write_text(yaml.safe_dump(config))
+    proc = run_nexus("ask", "hi")
+    assert proc.returncode == 2 and "no model: pass --model provider:model" in proc.stderr
+
+
+def test_model_on_the_command_line_wins_over_the_config(fake: FakeProviders, workspace: Workspace,
+                                                       run_nexus: RunNexus) -> None:
+    fake.script("openai.chat", chat_completion("From the command line's model."))
+    workspace.config(model="anthropic:claude-sonnet-4-5")
+    proc = run_nexus("ask", "--model", "openai:gpt-4.1-mini", "hi")
+    assert proc.returncode == 0, proc.stderr
+    assert fake.last("openai.chat").body["model"] == "gpt-4.1-mini" and not fake.requests_for("anthropic.messages")
+
+
+def test_ask_with_no_key_names_the_variable(fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus) -> None:
+    workspace.config()
+    env = {k: v for k, v in subprocess_env().items() if k != "OPENAI_API_KEY"}
+    proc = run_nexus("ask", "hi", env=env)
+    assert proc.returncode == 1
+    assert ("nexus: stopped (error): no OpenAI API key: the environment variable OPENAI_API_KEY is not set"
+            in proc.stderr)
+    assert fake.requests == []
+
+
+def test_ask_reads_the_prompt_from_stdin(fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus) -> None:
+    fake.script("openai.chat", chat_completion("Got it."))
+    workspace.config()
+    proc = run_nexus("ask", "-", input="a prompt\nover two lines\n")
+    assert proc.returncode == 0, proc.stderr
+    assert fake.last("openai.chat").body["messages"][-1]["content"] == "a prompt\nover two lines\n"
+
+
+def test_chat_asks_at_the_prompt(fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus,
+                                 gate_site: Path) -> None:
+    """Two messages: the first makes two writes (one approved, one refused with a reason typed at
+    the prompt), the second a question answered by number."""
+    fake.script("openai.chat",
+                chat_completion("Writing.", [Call("write", {"path": "a.txt", "content": "A"}),
+                                             Call("write", {"path": "b.txt", "content": "B"})]),
+                chat_completion("Wrote a.txt only."),
+                chat_completion(None, [Call("question", {"question": "Which format?", "options": ["csv", "json"]})]),
+                chat_completion("JSON then."))
+    workspace.config(agent={"max_parallel_calls": 1})  # the two writes ask in a known order
+    env = subprocess_env(gate_site, **{GATE_ENV: "write"})
+    proc = run_nexus("chat", input="write both files\ny\nnot b, it is mine\nexport it\n2\n", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (workspace.root / "a.txt").read_text() == "A" and not (workspace.root / "b.txt").exists()
+    out = proc.stdout
+    assert "? allow write {\"path\": \"a.txt\", \"content\": \"A\"}\n  May the agent run write" in out
+    assert "  tool write {\"path\": \"b.txt\", \"content\": \"B\"} -> error: vetoed: denied by the user: not b, it is mine" in out
+    assert "? Which format?\n  1) csv\n  2) json\n" in out
+    assert '  tool question {"question": "Which format?", "options": ["csv", "json"]} -> ok, 1 line' in out
+    assert out.rstrip().endswith("JSON then.")
+    question_result = [m for m in fake.last("openai.chat").body["messages"] if m["role"] == "tool"][-1]
+    assert question_result["content"] == "json"
+    [path] = transcripts(workspace)
+    records = read_transcript(path)
+    assert [r["reason"] for r in records if r["type"] == "stop"] == ["final_answer", "final_answer"]
+    assert [(r["approved"], r.get("text")) for r in records if r["type"] == "answer"] == \
+        [(True, ""), (False, "not b, it is mine"), (True, "json")]
+    no_key_anywhere(workspace, proc.stdout, proc.stderr)
+
+
+def test_help_lists_the_agent_commands(run_nexus: RunNexus) -> None:
+    proc = run_nexus("--help")
+    assert proc.returncode == 0
+    assert "chat" in proc.stdout and "ask" in proc.stdout
+    proc = run_nexus("ask", "--help")
+    assert "--yes" in proc.stdout and "--json" in proc.stdout and "--model" in proc.stdout
+
+
+class Terminal:
+    """`nexus` on a real pseudo-terminal: what it prints is read from the master side, keys are
+    typed into it (Ctrl-C there is a real SIGINT from the terminal driver)."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: exec at once, nothing else
+            try:
+                os.chdir(cwd)
+                os.execve(sys.executable, [sys.executable, "-m", "nexus_core.cli", *args], env)
+            finally:
+                os._exit(127)
+        self.output = ""
+
+    def read_until(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{text!r} did not appear; the terminal shows:\n{self.output}")
+            ready, _, _ = select.select([self.fd], [], [], min(left, 1))
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the child is gone
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError(f"the terminal closed before {text!r}:\n{self.output}")
+                self.output += chunk.decode("utf-8", "replace").replace("\r\n", "\n")
+        return self.output
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def wait(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ready, _, _ = select.select([self.fd], [], [], 0.2)
+                if ready:
+                    self.output += os.read(self.fd, 4096).decode("utf-8", "replace").replace("\r\n", "\n")
+            except OSError:
+                pass
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"nexus chat did not end:\n{self.output}")
+
+
+def test_ctrl_c_in_chat_stops_the_turn_not_the_chat(workspace: Workspace) -> None:
+    with StallingServer(Stall("Let me think"), Answer("Still here.")) as server:
+        workspace.config(nexus__provider__openai={"base_url": server.url + "/v1", "max_retries": 0})
+        term = Terminal(["chat"], workspace.root, subprocess_env(TERM="dumb"))
+        try:
+            term.read_until("> ")
+            term.type(b"think hard\r")
+            term.read_until("Let me think")
+            assert server.stalled.wait(30)
+            term.type(b"\x03")  # Ctrl-C
+            term.read_until("[stopped: interrupted]")
+            assert server.disconnected.wait(30)  # the stream was closed, not left hanging
+            term.read_until("> ", timeout=30)
+            term.type(b"are you there?\r")
+            term.read_until("Still here.\n> ")
+            term.type(b"\x04")  # Ctrl-D ends the chat
+            assert term.wait() == 0
+        finally:
+            try:
+                os.kill(term.pid, signal.SIGKILL)
+                os.waitpid(term.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    [path] = transcripts(workspace)
+    assert [r["reason"] for r in read_transcript(path) if r["type"] == "stop"] == ["interrupted", "final_answer"]
+    assert len(server.bodies) == 2
+
+
+def test_a_signal_interrupts_ask(workspace: Workspace) -> None:
+    with StallingServer(Stall("Working on it")) as server:
+        workspace.config(nexus__provider__openai={"base_url": server.url + "/v1", "max_retries": 0})
+        proc = subprocess.Popen([sys.executable, "-m", "nexus_core.cli", "ask", "a long task"], cwd=workspace.root,
+                                env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.stalled.wait(60)
+            time.sleep(0.2)  # let the client take the streamed text (nothing asserts on this time)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "nexus: stopped: interrupted" in err
+    [path] = transcripts(workspace)
+    assert read_transcript(path)[-1]["reason"] == "interrupted"
+
+
+def test_plugins_lists_the_model_providers(workspace: Workspace, run_nexus: RunNexus) -> None:
+    workspace.config()
+    proc = run_nexus("plugins")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("nexus.provider.openai "))) + 1] == \
+        "    model providers: openai"
+    assert "    model providers: anthropic" in lines
+
+
+def test_chat_asks_about_concurrent_calls_one_at_a_time(fake: FakeProviders, workspace: Workspace,
+                                                       run_nexus: RunNexus, gate_site: Path) -> None:
+    """Three calls of one turn ask at once: the person gets one question at a time, each whole,
+    and each answer goes to its own call."""
+    calls = [Call("write", {"path": f"{name}.txt", "content": name}) for name in ("a", "b", "c")]
+    fake.script("openai.chat", chat_completion(None, calls), chat_completion("Done."))
+    workspace.config()
+    env = subprocess_env(gate_site, **{GATE_ENV: "write"})
+    proc = run_nexus("chat", input="write three files\ny\nno thanks\ny\n", env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    asked = [i for i, line in enumerate(lines) if line.startswith("? allow write")]
+    assert len(asked) == 3
+    for i in asked:  # each question whole: its call, then its gate's question
+        path = json.loads(lines[i].removeprefix("? allow write "))["path"]
+        assert lines[i + 1] == f"  May the agent run write {{'path': '{path}', 'content': '{path[0]}'}}?"
+    order = [json.loads(lines[i].removeprefix("? allow write "))["path"] for i in asked]
+    written = {p.name for p in workspace.root.glob("*.txt")}
+    assert written == {order[0], order[2]}  # the first and third answers were "y"
+    [path] = transcripts(workspace)
+    answers = [(r["approved"], r.get("text")) for r in read_transcript(path) if r["type"] == "answer"]
+    assert sorted(answers) == [(False, "no thanks"), (True, ""), (True, "")]
