@@ -56,8 +56,6 @@ def test_the_scripts_calls_are_answered_by_the_run_code_calls_approver(workspace
     assert gate.events == [("start", call.id), ("end", call.id)]
 
 
-@pytest.mark.xfail(strict=True, reason="run_code's side of the pause (nexus_ask_start/end) waits for the "
-                                       "run_code restructure (branch runcode-layout) to land")
 def test_the_scripts_timeout_stands_still_while_a_person_decides(workspace: Workspace) -> None:
     """The person takes longer than the script's whole timeout; the script still finishes."""
     decided = threading.Event()
@@ -72,3 +70,51 @@ def test_the_scripts_timeout_stands_still_while_a_person_decides(workspace: Work
     assert not result.is_error, result.error
     assert result.output_structured["result"] == "written"
     assert (workspace.root / "approved.txt").read_text() == "yes"
+
+
+def test_the_clock_runs_again_once_the_person_has_answered(workspace: Workspace) -> None:
+    """A pause is not a way out of the timeout: after the answer, the script's time runs on."""
+
+    def slow_person(question: Question) -> Any:
+        threading.Event().wait(1.5)  # past the whole 1 s timeout
+        return True
+
+    script = SCRIPT.replace('    return "written"', '    while True:\n        pass')
+    config = workspace.config(nexus__tool__code_exec={"timeout_seconds": 1})
+    with Nexus.from_config(config, plugins=[AskBeforeWriting()]) as nx:
+        result = nx.invoke("run_code", {"script": script}, approver=slow_person)
+        assert result.error in ("script timed out after 1s", "CPU time limit exceeded"), result.error
+        assert (workspace.root / "approved.txt").read_text() == "yes"  # the approved call ran
+        after = nx.invoke("run_code", {"script": "def run(ctx):\n    return 'next'\n"})
+        assert after.output_structured["result"] == "next"
+
+
+def test_a_watchdog_paused_does_not_fire_and_its_deadline_moves_on() -> None:
+    from nexus_tool_code_exec.host.watchdog import Watchdog
+
+    class FakeChild:
+        killed = 0
+
+        def kill(self) -> None:
+            self.killed += 1
+
+    child = FakeChild()
+    dog = Watchdog(child, 0.05).start()  # type: ignore[arg-type]
+    first = dog.deadline
+    dog.pause()
+    dog.pause()  # nested: two asks at once
+    assert dog.remaining() is None
+    threading.Event().wait(0.2)  # well past the first deadline: the timer thread found it paused
+    dog.fire()
+    assert child.killed == 0 and not dog.fired
+    dog.resume()
+    assert dog.remaining() is None  # one pause still holds
+    dog.resume()
+    assert dog.deadline > first + 0.1 and not dog.fired
+    dog.resume()  # an extra resume changes nothing
+    deadline = dog.deadline
+    for _ in range(200):
+        if dog.fired:
+            break
+        threading.Event().wait(0.05)
+    assert dog.fired and child.killed == 1 and dog.deadline == deadline

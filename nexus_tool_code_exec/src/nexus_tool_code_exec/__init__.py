@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nexus_core import hookimpl
 
 if TYPE_CHECKING:
-    from nexus_core import Nexus, SkillContent, ToolDef
+    from nexus_core import Nexus, Question, SkillContent, ToolDef
 
     from .host.engine import CodeExec
 
@@ -106,6 +106,17 @@ class CodeExecPlugin:
     def nexus_skill_deactivate(self, name: str) -> None:
         if self.engine is not None:
             self.engine.nexus_skill_deactivate(name)
+
+    # a script's inner call that waits for a person does not use up the script's time
+    @hookimpl
+    def nexus_ask_start(self, question: Question) -> None:
+        if self.engine is not None:
+            self.engine.pause_clock(question.call.parent_call_id)
+
+    @hookimpl
+    def nexus_ask_end(self, question: Question) -> None:
+        if self.engine is not None:
+            self.engine.resume_clock(question.call.parent_call_id)
 
     @hookimpl
     def nexus_shutdown(self) -> None:

@@ -137,6 +137,8 @@ class CodeExec:
         self.launcher_note = "not started yet"
         self._closed = False
         self._missing: tuple[str, list[str]] | None = None
+        #: the runs being served, by run_code call id (to stop a run's clock while a person decides)
+        self._serving: dict[str, ScriptRun] = {}
 
     # -- the tool ---------------------------------------------------------------------------
 
@@ -265,7 +267,23 @@ class CodeExec:
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
         served = ScriptRun(self.nexus, run.call_id, self.settings, frozenset(bindings.functions.values()),
                            emit_chunk=self._emit_chunk if run.record else (lambda chunk: None))
-        return served.run(launcher, seat, start, meanwhile=lambda: self._announce(run))
+        self._serving[run.call_id] = served
+        try:
+            return served.run(launcher, seat, start, meanwhile=lambda: self._announce(run))
+        finally:
+            self._serving.pop(run.call_id, None)
+
+    def pause_clock(self, call_id: str | None) -> None:
+        """Stop the clock of run `call_id` (a run_code call id): one of its inner calls waits for
+        a person. Nestable; every pause is undone by one `resume_clock`. Other ids are ignored."""
+        served = self._serving.get(call_id or "")
+        if served is not None:
+            served.pause()
+
+    def resume_clock(self, call_id: str | None) -> None:
+        served = self._serving.get(call_id or "")
+        if served is not None:
+            served.resume()
 
     def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher, woken: bool) -> protocol.StartMessage:
         """The START: the script (its code, unless the child compiled the source itself when it

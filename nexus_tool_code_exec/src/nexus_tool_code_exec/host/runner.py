@@ -44,6 +44,9 @@ MAX_MESSAGE = 32 * 1024 * 1024
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
+#: while a run's clock is stopped (a person decides about an inner call), how often the waiting
+#: thread looks again
+PAUSED_POLL = 0.5
 
 #: the host's encoder: what JSON has no type for (in a tool's output_structured) as its str()
 _encode = protocol.encoder(default=str)
@@ -143,6 +146,8 @@ class ScriptRun:
         self._child: Child | None = None  # the child answers go to, while the run has it
         self._write_lock = threading.Lock()
         self._messages = 0
+        self._watchdog: Watchdog | None = None  # the deadline of the child being served
+        self._pauses = 0  # pauses asked for before a watchdog was running (or between two)
         # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -175,6 +180,10 @@ class ScriptRun:
         with self._write_lock:
             self._child = child
         watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        with self._write_lock:
+            self._watchdog = watchdog
+            for _ in range(self._pauses):
+                watchdog.pause()
         pipe = _Pipe(child, fastpath.reader_of(child), LineReader(self.max_message))
         ending = _Ending()
         try:
@@ -186,6 +195,8 @@ class ScriptRun:
             ending.final, ending.violation = self._read_to_the_end(seat, pipe)
         finally:
             seat.release()
+            with self._write_lock:
+                self._watchdog = None
             watchdog.cancel()
             if ending.final is not None and ending.final.get("t") == protocol.DONE and not ending.violation:
                 child.end()  # it finished: it is exiting by itself; make sure of it without waiting
@@ -254,10 +265,38 @@ class ScriptRun:
 
         pipe.hold()
         fastpath.readers.submit(read_on)
-        wait = self.settings.timeout_seconds + DEADLINE_GRACE - (time.monotonic() - began)
-        if finished.wait(max(wait, 0.0)) and box:
-            return box[0]
-        return None, None
+        while True:  # until the reader ends, or the deadline (which a pause moves on) passes
+            left = self._time_left(began)
+            if left is not None and left <= 0:
+                return None, None
+            if finished.wait(PAUSED_POLL if left is None else left):
+                return box[0] if box else (None, None)
+
+    def _time_left(self, began: float) -> float | None:
+        """Seconds until this thread stops waiting for the reader (the deadline and its grace),
+        or None while the clock is stopped for a person."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            return self.settings.timeout_seconds + DEADLINE_GRACE - (time.monotonic() - began)
+        left = watchdog.remaining()
+        return None if left is None else left + DEADLINE_GRACE
+
+    def pause(self) -> None:
+        """Stop the run's clock: an inner call waits for a person (nestable; see `resume`)."""
+        with self._write_lock:
+            self._pauses += 1
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.pause()
+
+    def resume(self) -> None:
+        with self._write_lock:
+            if not self._pauses:
+                return
+            self._pauses -= 1
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.resume()
 
     def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[dict[str, Any] | None, str | None] | None:
         """Handle the child's messages until the end: the final message, or a protocol violation.

@@ -65,23 +65,65 @@ _deadlines = _Deadlines()
 
 
 class Watchdog:
-    """Kills a child at its deadline, whatever the runner is doing at the time."""
+    """Kills a child at its deadline, whatever the runner is doing at the time.
+
+    The clock stops while the run waits for a person (`pause`/`resume`, nestable, from any
+    thread): a script whose inner call needs an approval does not lose its time to the person's
+    thinking. The deadline then moves on by the time it stood still."""
 
     def __init__(self, child: Child, seconds: float) -> None:
         self.fired = False
         self.cancelled = False
         self._child: Child | None = child
         self._seconds = seconds
+        self._lock = threading.Lock()
+        self.deadline = 0.0
+        self._paused = 0
+        self._paused_at = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused > 0
 
     def fire(self) -> None:
-        child = self._child
-        if not self.cancelled and child is not None:
+        """Called by the timer thread when an entry of this watchdog comes due: kill the child,
+        unless the clock is stopped (resume schedules it again) or the deadline has moved on."""
+        with self._lock:
+            child = self._child
+            if self.cancelled or child is None or self._paused:
+                return
+            if time.monotonic() < self.deadline:  # moved on by a pause: wait for the new one
+                _deadlines.add(self.deadline, self)
+                return
             self.fired = True
-            child.kill()
+        child.kill()
 
     def start(self) -> Watchdog:
-        _deadlines.add(time.monotonic() + self._seconds, self)
+        self.deadline = time.monotonic() + self._seconds
+        _deadlines.add(self.deadline, self)
         return self
+
+    def pause(self) -> None:
+        with self._lock:
+            self._paused += 1
+            if self._paused == 1:
+                self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        with self._lock:
+            if not self._paused:
+                return
+            self._paused -= 1
+            if self._paused or self.cancelled:
+                return
+            self.deadline += time.monotonic() - self._paused_at
+            deadline = self.deadline
+        _deadlines.add(deadline, self)
+
+    def remaining(self) -> float | None:
+        """Seconds to the deadline, or None while the clock is stopped."""
+        with self._lock:
+            return None if self._paused else self.deadline - time.monotonic()
 
     def cancel(self) -> None:
         self.cancelled = True
