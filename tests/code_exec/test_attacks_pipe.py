@@ -96,6 +96,13 @@ def run(ctx):
     # unknown names never reach a gate; every handler that ran was gated first
     assert sorted(gated) == ["bash", "echo", "echo", "read", "read", "shell", "write"]
     assert sorted(invoked) == ["echo", "read", "read", "write"]
+    # but every answer, the refusals of unbound names included, reached the result observers:
+    # an audit sees the forged calls it most wants to see
+    with rng.watch.lock:
+        audited = sorted(r.name for r in rng.watch.results if r.name != "run_code")
+    assert audited == sorted(["no_such_tool", "shell", "bash", "read", "write", "echo", "read", "echo"])
+    refusals = [r for r in rng.watch.results if r.error_kind == "unknown_tool"]
+    assert sorted(r.name for r in refusals) == ["no_such_tool", "run_code", "run_code"]
 
 
 def test_one_call_with_huge_arguments(rng: Range) -> None:

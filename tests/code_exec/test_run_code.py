@@ -505,6 +505,23 @@ def test_max_tool_calls(nexus_factory: NexusFactory) -> None:
     assert value["refused"] == ["tool call limit reached: a script may make at most 3 calls"] * 2
     assert len(gate.inner("echo")) == 3
 
+    class Audit:
+        def __init__(self) -> None:
+            self.results: list[ToolResult] = []
+
+        @hookimpl
+        def nexus_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+            if call.parent_call_id is not None:
+                self.results.append(result)
+
+    audit = Audit()
+    nx.register(audit)
+    run(nx, "import tools\n\ndef run(ctx):\n    for i in range(5):\n        try:\n"
+            "            tools.echo(text=str(i))\n        except tools.ToolFailed:\n            pass\n")
+    # the refusals past the limit take the result observers too, like every result
+    assert [r.error for r in audit.results] == [None] * 3 + [
+        "tool call limit reached: a script may make at most 3 calls"] * 2
+
 
 def test_the_host_runs_scripts_concurrently(nx: Nexus) -> None:
     results: list[ToolResult] = []

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nexus_core import hookimpl
 
 if TYPE_CHECKING:
-    from nexus_core import Nexus, Question, SkillContent, ToolDef
+    from nexus_core import Nexus, Question, ToolDef
 
     from .host.engine import CodeExec
 
@@ -90,22 +90,22 @@ class CodeExecPlugin:
     @hookimpl
     def nexus_tool_register(self, tool: ToolDef) -> None:
         if self.engine is not None:
-            self.engine.nexus_tool_register(tool)
+            self.engine.tools_changed(tool)
 
     @hookimpl
     def nexus_tool_unregister(self, tool: ToolDef) -> None:
-        if self.engine is not None and tool.name != "run_code":
-            self.engine._refresh_description()
+        if self.engine is not None:
+            self.engine.tools_changed(tool)
 
     @hookimpl
-    def nexus_skill_loaded(self, skill: SkillContent) -> None:
+    def nexus_skill_loaded(self) -> None:
         if self.engine is not None:
-            self.engine.nexus_skill_loaded(skill)
+            self.engine.skills_changed()
 
     @hookimpl
-    def nexus_skill_deactivate(self, name: str) -> None:
+    def nexus_skill_deactivate(self) -> None:
         if self.engine is not None:
-            self.engine.nexus_skill_deactivate(name)
+            self.engine.skills_changed()
 
     # a script's inner call that waits for a person does not use up the script's time
     @hookimpl

@@ -38,7 +38,6 @@ from nexus_core import (
     SkillContent,
     ToolDef,
     ToolResult,
-    hookimpl,
 )
 
 from .. import protocol, sandbox
@@ -113,8 +112,8 @@ class _Run:
 
 
 class CodeExec:
-    """run_code for one Nexus. Registered as a plugin of that Nexus, so its hookimpls see only
-    that Nexus's tools and skills."""
+    """run_code for one Nexus: made by that Nexus's `CodeExecPlugin`, whose hooks keep it
+    current with that Nexus's tools and skills."""
 
     def __init__(self, nexus: Nexus, config: dict[str, Any], plugin_id: str) -> None:
         self.nexus = nexus
@@ -200,19 +199,14 @@ class CodeExec:
                 self._bindings = (key, generate(self.nexus.tools(), skip={TOOL_NAME}))
             return self._bindings[1]
 
-    # -- hookimpls (this Nexus only) --------------------------------------------------------
-
-    @hookimpl
-    def nexus_tool_register(self, tool: ToolDef) -> None:
+    def tools_changed(self, tool: ToolDef) -> None:
+        """A tool came or went (the plugin's nexus_tool_register / nexus_tool_unregister):
+        the description lists the tools, so it follows."""
         if tool.name != TOOL_NAME:
             self._refresh_description()
 
-    @hookimpl
-    def nexus_skill_loaded(self, skill: SkillContent) -> None:
-        self._refresh_description()
-
-    @hookimpl
-    def nexus_skill_deactivate(self, name: str) -> None:
+    def skills_changed(self) -> None:
+        """A skill was activated or deactivated: the description lists the skills' helpers."""
         self._refresh_description()
 
     # -- a run, top to bottom ------------------------------------------------------------------

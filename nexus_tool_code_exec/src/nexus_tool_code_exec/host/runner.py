@@ -15,6 +15,7 @@ watchdog kills the child, whatever either thread is doing.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import signal
@@ -347,7 +348,9 @@ class ScriptRun:
             raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
         self._calls += 1
         if self._calls > self.settings.max_tool_calls:
-            self._refuse(msg, f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls")
+            limit = f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls"
+            call = self._call_of(msg)
+            self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
             return
         if msg.get("p"):
             # made inside parallel.map: answered concurrently, at most max_workers at once
@@ -367,15 +370,26 @@ class ScriptRun:
             log.exception("run_code: answering a call of %s failed", self.call_id)
             self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}")
 
-    def _answer_call(self, msg: dict[str, Any], size: int) -> None:
-        rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
-        call = ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {},
+    def _call_of(self, msg: dict[str, Any]) -> ToolCall:
+        args = msg.get("args")
+        return ToolCall(name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
                         parent_call_id=self.call_id)
-        if name not in self.bound_tools:
-            result = ToolResult(id=call.id, name=call.name, output=f"unknown tool: {name!r}",
-                                error=f"unknown tool: {name!r}", error_kind="unknown_tool")
+
+    def _answer_call(self, msg: dict[str, Any], size: int) -> None:
+        call = self._call_of(msg)
+        if call.name not in self.bound_tools:
+            # a name the script was not given (forged, or a tool registered after it started):
+            # refused, and the refusal takes the result gates and observers like any result
+            close = difflib.get_close_matches(call.name, sorted(self.bound_tools), n=1) if len(call.name) <= 200 else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            result = self.nexus.refuse(call, f"unknown tool: {call.name!r}{hint}", "unknown_tool")
         else:
             result = self.nexus.invoke(call)
+        self._reply(msg, call, result, size)
+
+    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int) -> None:
+        """Send the script the answer to its call `msg`, and record the call in the ledger."""
+        rid = msg.get("id")
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: protocol.CallResult = {"output": result.output}
         if result.error is not None:
