@@ -373,7 +373,7 @@ def needs_root() -> None:
         pytest.skip("the uid layer needs root")
 
 
-def test_uid_child_is_not_root_and_keeps_only_read_search(tmp_path: Path) -> None:
+def test_uid_child_is_not_root_and_has_no_capability_left(tmp_path: Path) -> None:
     needs_root()
 
     def look() -> dict[str, Any]:
@@ -385,7 +385,8 @@ def test_uid_child_is_not_root_and_keeps_only_read_search(tmp_path: Path) -> Non
     out = run(tmp_path, {"uid"}, look)
     uid = sandbox.DEFAULT_UID_BASE + out.value["pid"]
     assert out.value["ids"] == [uid] * 6 and out.value["groups"] == []
-    assert out.value["eff"] == out.value["prm"] == 1 << 2  # CAP_DAC_READ_SEARCH
+    # not even CAP_DAC_READ_SEARCH (issue 11): the runtime is reached through the mount view
+    assert out.value["eff"] == out.value["prm"] == 0
     assert (tmp_path / "scratch").stat().st_uid == uid
 
 
@@ -416,13 +417,25 @@ def test_uid_cannot_set_limits_or_priority_of_the_test_process(tmp_path: Path) -
     refused(out, "PermissionError", errno.EPERM)
 
 
-def test_uid_cannot_chmod_host_files_but_can_still_read_the_runtime(tmp_path: Path, secret: Path) -> None:
+def test_uid_cannot_chmod_or_read_host_files_but_can_still_read_the_runtime(
+        tmp_path: Path, secret: Path, searchable_secret: Path) -> None:
     needs_root()
-    refused(run(tmp_path, {"uid"}, lambda: os.chmod(secret, 0o666)), "PermissionError", errno.EPERM)
-    assert secret.stat().st_mode & 0o777 == 0o600
-    # Without fs, CAP_DAC_READ_SEARCH reads anything: that is what lets a 0700 /root runtime
-    # load under fs, and why fs must always go with uid.
-    assert run(tmp_path, {"uid"}, lambda: Path(secret).read_text()).value == "hunter2"
+    # in a folder it may search: not the owner; below pytest's 0700 folder: not even that far
+    refused(run(tmp_path, {"uid"}, lambda: os.chmod(searchable_secret, 0o666)), "PermissionError", errno.EPERM)
+    refused(run(tmp_path, {"uid"}, lambda: os.chmod(secret, 0o666)), "PermissionError", errno.EACCES)
+    assert secret.stat().st_mode & 0o777 == searchable_secret.stat().st_mode & 0o777 == 0o600
+    # Without fs, the uid alone keeps a 0600 file out (it used to keep CAP_DAC_READ_SEARCH, which
+    # read anything); a module first imported now still loads, wherever the runtime is installed.
+    for path in (secret, searchable_secret):
+        refused(run(tmp_path, {"uid"}, lambda: Path(path).read_text()), "PermissionError", errno.EACCES)
+
+    def lazily() -> list[str]:
+        import colorsys
+        import fractions
+
+        return [colorsys.__name__, str(fractions.Fraction(1, 3))]
+
+    assert run(tmp_path, {"uid"}, lazily).value == ["colorsys", "1/3"]
 
 
 # -- fs (Landlock) --------------------------------------------------------------------------
