@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..protocol import write_all
+from .cleanup import remove_logged
 
 if TYPE_CHECKING:
     from .runner import Outcome
@@ -135,7 +135,7 @@ class FolderMaker:
             try:
                 if (entry.name.startswith(PENDING_PREFIX) and entry.is_dir(follow_symlinks=False)
                         and now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS):
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    remove_logged(entry.path)
             except OSError:
                 continue
 
@@ -184,7 +184,7 @@ def _remove(path: Path) -> None:
 
 def _discard(folder: _Folder) -> None:
     folder.close()
-    shutil.rmtree(folder.path, ignore_errors=True)
+    remove_logged(folder.path)
 
 
 class SessionFiles:
