@@ -319,10 +319,11 @@ class CodeExec:
         """The run's session folder, and the result event for a run that was announced."""
         if run.record:
             if run.folder is not None:
-                self.sessions.persist(run.folder, run.files, run.script, outcome)
+                # a record that cannot be written is an error of the run (persist logs it too)
+                outcome.record_error = self.sessions.persist(run.folder, run.files, run.script, outcome)
             if run.announced:
                 self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
-                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
+                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=self._error_of(outcome),
                     stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
                     tool_calls=len(outcome.call_lines),
                 ))
@@ -335,7 +336,17 @@ class CodeExec:
             log.exception("an observer of nexus_code_exec_stdout raised")
 
     @staticmethod
-    def _result(outcome: Outcome) -> ToolResult:
+    def _error_of(outcome: Outcome) -> str | None:
+        """The run's error, and that its record could not be written: `record failed: ...` for a
+        run that otherwise succeeded (its result stays in output_structured)."""
+        if outcome.record_error is None:
+            return outcome.error
+        if outcome.error is None:
+            return f"record failed: {outcome.record_error}"
+        return f"{outcome.error}\n(and record failed: {outcome.record_error})"
+
+    @classmethod
+    def _result(cls, outcome: Outcome) -> ToolResult:
         body: dict[str, Any] = {}
         if outcome.stdout:
             body["stdout"] = outcome.stdout
@@ -343,9 +354,10 @@ class CodeExec:
             body["result"] = outcome.result
         if outcome.stdout_truncated:
             body["stdout_truncated"] = True
-        if outcome.error is not None:
-            text = outcome.error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
-            return ToolResult(id="", name=TOOL_NAME, output=text, error=outcome.error,
+        error = cls._error_of(outcome)
+        if error is not None:
+            text = error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
+            return ToolResult(id="", name=TOOL_NAME, output=text, error=error,
                               output_structured=body or None, error_kind="failure")
         return ToolResult(id="", name=TOOL_NAME, output=json.dumps(body, ensure_ascii=False),
                           output_structured=body)

@@ -96,6 +96,8 @@ class Outcome:
     #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
     call_lines: list[str] = attrs.field(factory=list)
     duration: float = 0.0
+    #: why the run's record (its session folder) could not be written, when it could not
+    record_error: str | None = None
 
     @property
     def calls(self) -> list[dict[str, Any]]:
