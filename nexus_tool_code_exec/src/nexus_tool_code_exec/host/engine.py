@@ -49,6 +49,7 @@ from .check import ScriptRejected, check_script, skill_module_name
 from .fastpath import Seat
 from .runner import Outcome, ScriptRun, Settings
 from .session import SessionFiles, SessionStore, folder_for
+from .skill_helpers import read_helpers
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -180,17 +181,8 @@ class CodeExec:
             from nexus_core.skills import active_skills
         except ImportError:
             return {}
-        helpers: dict[str, list[tuple[str, str]]] = {}
-        for skill in active_skills(self.nexus):
-            folder = Path(skill.path)
-            if folder.is_file():
-                folder = folder.parent
-            files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.name.startswith("test_"))
-            if files:
-                helpers[skill_module_name(skill.name)] = [
-                    (p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files
-                ]
-        return helpers
+        skills = active_skills(self.nexus)
+        return read_helpers(skills, {skill.name: skill_module_name(skill.name) for skill in skills})
 
     def bindings(self) -> Bindings:
         key = self.nexus.tools_version
@@ -462,6 +454,8 @@ class CodeExec:
         self._closed = True
         with self._lock:
             launcher, self._launcher = self._launcher, None
-        if launcher is not None:
-            launcher.close()
-        self.sessions.close()
+        try:
+            if launcher is not None:
+                launcher.close()
+        finally:
+            self.sessions.close()
