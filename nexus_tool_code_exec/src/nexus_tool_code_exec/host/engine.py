@@ -47,9 +47,18 @@ from ..launchers.zygote import ZygoteLauncher
 from .bindings import Bindings, generate
 from .check import ScriptRejected, check_script, skill_module_name
 from .fastpath import Seat
-from .runner import Outcome, ScriptRun, Settings
+from .runner import (
+    CALLS_IN_FLIGHT_PER_WORKER,
+    MAX_CALLS_PAST_LIMIT,
+    MAX_PENDING_CALL_BYTES,
+    OUTPUT_SLACK_BYTES,
+    Outcome,
+    ScriptRun,
+    Settings,
+)
 from .session import SessionFiles, SessionStore, folder_for
-from .skill_helpers import read_helpers
+from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
+from .streaming import RECORD_BUDGET
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -432,6 +441,7 @@ class CodeExec:
         pid = launcher.pid  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
+        lines += self.budget_lines()
         for missing in self.missing_required():
             lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
         if not self.missing_required():
@@ -439,6 +449,25 @@ class CodeExec:
                 lines.append(f"a trivial run costs {self.trivial_run_ms():.2f} ms (median of 20, a spare child waiting)")
             except Exception as exc:
                 lines.append(f"error: a trivial run failed: {exc}")
+        return lines
+
+    def budget_lines(self) -> list[str]:
+        """`nexus doctor`'s lines on what a script may make the host hold or do, and on records."""
+        settings = self.settings
+        lines = [
+            f"host budget per run: {CALLS_IN_FLIGHT_PER_WORKER * settings.max_workers} calls in flight "
+            f"({CALLS_IN_FLIGHT_PER_WORKER} x max_workers; past them the child waits), "
+            f"{MAX_PENDING_CALL_BYTES >> 20} MiB of pending call messages, {MAX_CALLS_PAST_LIMIT} calls refused "
+            f"past max_tool_calls ({settings.max_tool_calls}), output read up to {OUTPUT_SLACK_BYTES >> 20} MiB "
+            f"past max_output_bytes; past any but the first the run is stopped with an error naming the limit",
+            f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
+            f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
+        ]
+        if self.config["persist_scripts"]:
+            where = Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id
+            lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
+                         f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "
+                         "cannot be written is the run's error")
         return lines
 
     # -- lifetime -----------------------------------------------------------------------------
