@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -140,19 +141,38 @@ def _cut(value: Any, depth: int = 0) -> Any:
     return value
 
 
-#: arguments as the hash covers them: compact, keys sorted, characters as they are
-_canonical = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str).encode
-#: calls.jsonl's encoder: UTF-8 as is, anything JSON has no type for as its str()
-_record_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+def _encoder(sort_keys: bool, separators: tuple[str, str], check_circular: bool) -> Callable[[Any], str]:
+    """A JSON encoder (UTF-8 as is, anything JSON has no type for as its str()) made once: each
+    `json.JSONEncoder.encode` call builds its C encoder anew, which costs more than encoding a
+    small call's line (this runs once per inner call, on the thread that answered it)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        encode = json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys, separators=separators, default=str,
+                                  check_circular=check_circular).encode
+        return encode
+    item_sep, key_sep = separators
+    if not check_circular:
+        run = make(None, str, json.encoder.encode_basestring, None, key_sep, item_sep, sort_keys, False, True)
+        return lambda value: "".join(run(value, 0))
+    # the markers (for circular references) are per call: a fresh dict each time
+    return lambda value: "".join(make({}, str, json.encoder.encode_basestring, None, key_sep, item_sep,
+                                      sort_keys, False, True)(value, 0))
+
+
+#: arguments as the hash covers them: compact, keys sorted, characters as they are (they came
+#: from JSON: no cycles)
+_canonical = _encoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+#: calls.jsonl's encoder (a tool's output_structured may be anything a handler returned)
+_record_encode = _encoder(sort_keys=False, separators=(", ", ": "), check_circular=True)
+_string = json.encoder.encode_basestring
 
 
 def record_line(call_id: str, name: str, arguments_json: str, result: ToolResult, facts: dict[str, Any]) -> str:
     """One line of calls.jsonl (with its newline): the call (its arguments already as JSON), its
     result, and `facts` (sizes, hash)."""
-    head = _record_encode({"id": call_id, "name": name})
     rest = _record_encode({**facts, "result": {
         "id": result.id, "name": result.name, "output": result.output, "error": result.error,
         "output_file": result.output_file, "output_structured": result.output_structured,
         "error_kind": result.error_kind, "metadata": result.metadata, "is_error": result.error is not None,
     }})
-    return f'{head[:-1]}, "arguments": {arguments_json}, {rest[1:]}\n'
+    return f'{{"id": {_string(call_id)}, "name": {_string(name)}, "arguments": {arguments_json}, {rest[1:]}\n'
