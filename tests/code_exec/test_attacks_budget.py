@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from attack_helpers import CE, LIMIT, Range
 from host_watch import HostWatch
+from nexus_core.testing import NexusFactory
+from nexus_tool_code_exec.host.runner import MAX_CALLS_PAST_LIMIT, MAX_PENDING_CALL_BYTES
 
 from nexus_core import native_tool
-from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec.host.runner import MAX_CALLS_PAST_LIMIT, MAX_PENDING_CALL_BYTES
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
               pytest.mark.usefixtures("unharmed")]
@@ -69,7 +69,7 @@ def test_huge_calls_behind_busy_workers_are_held_back(rng: Range) -> None:
     """With max_workers at this machine's CPUs, the in-flight bound holds the huge calls back
     in the child's pipe (it grew by 1.6 GB before): the run ends at its timeout."""
     workers = engine_for(rng.nx).settings.max_workers
-    error, watch = watched(rng, BUSY_THEN_HUGE.replace("WORKERS", str(workers)), memory_mib=256, cpu_seconds=10)
+    error, _ = watched(rng, BUSY_THEN_HUGE.replace("WORKERS", str(workers)), memory_mib=256, cpu_seconds=10)
     assert error == f"script timed out after {LIMIT}s"
     assert rng.nap.entered.is_set()  # the workers were busy: the big calls waited behind them
 
@@ -102,7 +102,7 @@ def test_a_flood_of_parallel_calls_is_held_back_not_queued(rng: Range) -> None:
     """Thousands of parallel calls to a tool that does not return, none waited for: the host
     takes at most 2 x max_workers of them and stops reading the child until one is answered, so
     the rest wait in the child's own pipe (and memory); the run ends at its timeout."""
-    error, watch = watched(rng, """\
+    error, _ = watched(rng, """\
 def run(ctx):
     for i in range(20000):
         forge({"t": "call", "id": i + 1, "name": "nap", "args": {"s": 30, "pad": "y" * 1000}, "p": True})
@@ -116,7 +116,7 @@ def run(ctx):
 def test_calls_past_the_limit_are_refused_then_the_run_is_stopped(rng: Range) -> None:
     """Past max_tool_calls each call is refused through Nexus.refuse (gates and observers see
     it); MAX_CALLS_PAST_LIMIT of those, and the run is stopped with an error naming the limit."""
-    error, watch = watched(rng, """\
+    error, _ = watched(rng, """\
 def run(ctx):
     refused = 0
     for _ in range(100000):
@@ -135,7 +135,7 @@ def run(ctx):
 def test_forged_output_past_the_cap_stops_the_run(rng: Range) -> None:
     """The runtime stops sending output at max_output_bytes; a forged stream of 20 MB pieces is
     read up to one piece past the cap (dropped), then the run is stopped."""
-    error, watch = watched(rng, """\
+    error, _ = watched(rng, """\
 def run(ctx):
     piece = "z" * (20 << 20)
     for _ in range(50):
@@ -148,7 +148,7 @@ def run(ctx):
 
 
 def test_forged_empty_output_messages_are_bounded_too(rng: Range) -> None:
-    error, watch = watched(rng, """\
+    error, _ = watched(rng, """\
 def run(ctx):
     line = (json.dumps({"t": "out", "s": "stdout", "d": ""}) + "\\n").encode() * 10000
     for _ in range(100):

@@ -227,7 +227,7 @@ def test_another_runs_scratch_folder_leaks_nothing(rng: Range) -> None:
     waiting.start()
     try:
         assert rng.nap.entered.wait(10), "run A never reached its tool call"
-        pid, scratch = rng.launched[-1]
+        _, scratch = rng.launched[-1]
         found, text = attack(rng, {"folder": scratch, "file": os.path.join(scratch, "mine.txt")})
     finally:
         rng.nap.gate.set()

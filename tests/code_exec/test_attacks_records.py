@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 from host_watch import HostWatch
-
-from nexus_core import Nexus
 from nexus_core.testing import NexusFactory
 from nexus_tool_code_exec.host.streaming import CUT_CHARS, RECORD_BUDGET
+
+from nexus_core import Nexus
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 from host_watch import HostWatch
-from proc_helpers import open_fds, wait_until
-
 from nexus_core.testing import NexusFactory
-from nexus_tool_code_exec import engine_for
 from nexus_tool_code_exec.host import cleanup
 from nexus_tool_code_exec.host.cleanup import janitor, remove_tree
 from nexus_tool_code_exec.host.session import PENDING_PREFIX, FolderMaker
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
+from proc_helpers import open_fds, wait_until
+
+from nexus_tool_code_exec import engine_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 

@@ -132,7 +132,7 @@ def test_changing_a_host_file_mode_fails(tmp_path: Path, secret: Path, searchabl
     # Landlock does not cover chmod; the uid layer (not the owner, or not even allowed to search
     # the folder) or seccomp (refused) does.
     for path in (searchable_secret, secret):
-        out = attack(tmp_path, lambda: os.chmod(path, 0o666), "fs", "seccomp")
+        out = attack(tmp_path, lambda path=path: os.chmod(path, 0o666), "fs", "seccomp")
         refused(out, "PermissionError", errno.EPERM, errno.EACCES)
         assert path.stat().st_mode & 0o777 == 0o600
 

@@ -427,7 +427,7 @@ def test_uid_cannot_chmod_or_read_host_files_but_can_still_read_the_runtime(
     # Without fs, the uid alone keeps a 0600 file out (it used to keep CAP_DAC_READ_SEARCH, which
     # read anything); a module first imported now still loads, wherever the runtime is installed.
     for path in (secret, searchable_secret):
-        refused(run(tmp_path, {"uid"}, lambda: Path(path).read_text()), "PermissionError", errno.EACCES)
+        refused(run(tmp_path, {"uid"}, lambda path=path: Path(path).read_text()), "PermissionError", errno.EACCES)
 
     def lazily() -> list[str]:
         import colorsys

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_watch import HostWatch
 
 from nexus_core import Nexus, ToolDef
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
@@ -203,7 +204,9 @@ def test_a_helper_that_is_a_symlink_out_of_the_skill_is_refused(nx: Nexus, skill
     (folder / "secret.py").symlink_to(host_secret)
     skills_api.skill_set(nx).refresh()
     skills_api.activate_skill(nx, "leaky")
-    result = assert_error(run(nx, IMPORT_IT.format(module="leaky")))
+    with HostWatch() as watch:
+        result = assert_error(run(nx, IMPORT_IT.format(module="leaky")))
+    watch.assert_host_fine()
     assert result.error.endswith("ImportError: skills.leaky: helper 'secret.py' is a symbolic link; helpers must "
                                  "be files in the skill's folder"), result.error
     assert "hunter2" not in result.output
@@ -235,5 +238,7 @@ def test_a_fifo_among_the_helpers_does_not_hang_the_host(nx: Nexus, skills_dir: 
     os.mkfifo(folder / "pipe.py")
     skills_api.skill_set(nx).refresh()
     skills_api.activate_skill(nx, "piped")
-    result = assert_error(run(nx, IMPORT_IT.format(module="piped")))
+    with HostWatch() as watch:  # opening a FIFO for reading would wait for a writer for ever
+        result = assert_error(run(nx, IMPORT_IT.format(module="piped")))
+    watch.assert_host_fine()
     assert "ImportError: skills.piped: helper 'pipe.py' is not a regular file" in result.error

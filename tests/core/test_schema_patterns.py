@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from host_watch import HostWatch
-
-from nexus_core import Nexus, ToolDef, ToolRegistrationError
 from nexus_core._regex import MAX_PATTERN_CHARS
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
+
+from nexus_core import Nexus, ToolDef, ToolRegistrationError
 
 EVIL = r"^(a+)+$"
 VICTIM = "a" * 40 + "!"  # 2**40 ways to split the a's, for a backtracking engine

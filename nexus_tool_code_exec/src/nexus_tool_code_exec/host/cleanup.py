@@ -214,7 +214,7 @@ class Janitor:
                 continue
             try:
                 remove_logged(item)
-            except Exception:  # noqa: BLE001 - one tree must not stop the rest
+            except Exception:  # one tree must not stop the rest
                 log.exception("run_code could not remove %s", item)
 
 

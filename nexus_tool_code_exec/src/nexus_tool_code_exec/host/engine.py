@@ -35,7 +35,6 @@ from nexus_core import (
     CodeExecRequest,
     CodeExecResult,
     Nexus,
-    SkillContent,
     ToolDef,
     ToolResult,
 )
