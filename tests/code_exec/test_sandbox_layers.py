@@ -705,3 +705,40 @@ def test_seccomp_the_same_calls_pass_without_the_filter(tmp_path: Path) -> None:
 
     out = sandbox.run_in_child(make_policy(tmp_path, set()), calls)
     assert out.value is not None and errno.EPERM not in out.value.values(), out
+
+
+def test_a_view_that_fails_half_way_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
+    """A runtime path that cannot be bound once its folder is covered must not leave the folder
+    covered by an empty tmpfs, hiding the runtime from a child that then keeps
+    CAP_DAC_READ_SEARCH to read it."""
+    needs_root()
+    from nexus_tool_code_exec.sandbox import view
+
+    hidden = tmp_path / "hidden"
+    (hidden / "lib").mkdir(parents=True)
+    (hidden / "lib" / "mod.py").write_text("x = 1\n")
+    (hidden / "lib").chmod(0o755)
+    (hidden / "lib" / "mod.py").chmod(0o644)
+    hidden.chmod(0o700)
+
+    def attempt() -> dict[str, Any]:
+        view._current = None
+        real_mount = view._mount
+
+        def failing_bind(source: Any, target: Any, kind: Any, flags: int, data: Any) -> int:
+            if flags & view.MS_BIND and not flags & view.MS_REMOUNT:
+                ctypes.set_errno(errno.EINVAL)
+                return -1
+            return int(real_mount(source, target, kind, flags, data))
+
+        view._mount = failing_bind
+        try:
+            made = view.make((str(hidden / "lib"),))
+        finally:
+            view._mount = real_mount
+        return {"error": made.error, "still_there": os.path.exists(hidden / "lib" / "mod.py")}
+
+    out = sandbox.run_in_child(sandbox.SandboxPolicy(scratch_dir=str(tmp_path), layers=frozenset()), attempt)
+    assert out.value is not None, out
+    assert out.value["error"].startswith(f"binding {hidden / 'lib'} failed"), out
+    assert out.value["still_there"], out

@@ -44,6 +44,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 #: the tmpfs that covers a folder holds only a few folders and mount points
 _TMPFS_OPTIONS = b"mode=0755,size=256k,nr_inodes=1024"
@@ -153,6 +154,7 @@ def _mount_view(covers: dict[str, list[str]], writable: frozenset[str]) -> View:
     # nothing mounted from here on may propagate back into the host's namespace
     _call("making / private", _mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
     bound: list[str] = []
+    covered: list[str] = []
     old_umask = os.umask(0o022)
     try:
         for folder, paths in sorted(covers.items()):
@@ -163,6 +165,7 @@ def _mount_view(covers: dict[str, list[str]], writable: frozenset[str]) -> View:
             try:
                 _call(f"mounting a tmpfs on {folder}", _mount(b"tmpfs", os.fsencode(folder), b"tmpfs",
                                                               MS_NOSUID | MS_NODEV | MS_NOEXEC, _TMPFS_OPTIONS))
+                covered.append(folder)
                 for path, fd in fds.items():
                     source = f"/proc/self/fd/{fd}".encode()
                     if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -179,6 +182,12 @@ def _mount_view(covers: dict[str, list[str]], writable: frozenset[str]) -> View:
             finally:
                 for fd in fds.values():
                     os.close(fd)
+    except BaseException:
+        # half a view would hide the runtime from a child that keeps the capability to read it:
+        # take every tmpfs away again (with the binds inside it), back to the plain tree
+        for folder in reversed(covered):
+            _umount2(os.fsencode(folder), MNT_DETACH)
+        raise
     finally:
         os.umask(old_umask)
     return View(covered=tuple(sorted(covers)), bound=tuple(bound))
