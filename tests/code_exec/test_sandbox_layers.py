@@ -742,3 +742,26 @@ def test_a_view_that_fails_half_way_leaves_the_tree_as_it_was(tmp_path: Path) ->
     assert out.value is not None, out
     assert out.value["error"].startswith(f"binding {hidden / 'lib'} failed"), out
     assert out.value["still_there"], out
+
+
+def test_where_no_view_can_be_made_the_child_keeps_only_read_search_and_says_why(tmp_path: Path) -> None:
+    """The fallback (no mount namespaces here, or a runtime other users may not read): the child
+    keeps CAP_DAC_READ_SEARCH, the only way it could read the runtime, and the layer's detail
+    (what `nexus doctor` prints) says so and why."""
+    needs_root()
+    from nexus_tool_code_exec.sandbox import layers, view
+
+    def look() -> dict[str, Any]:
+        with open("/proc/self/status") as f:
+            caps = dict(line.split(":\t", 1) for line in f if line.startswith("Cap"))
+        return {"eff": int(caps["CapEff"], 16), "detail": layers.applied["uid"]}
+
+    saved = view._current
+    view._current = view.View(error="mount namespaces are not available here")  # as a fork inherits it
+    try:
+        out = run(tmp_path, {"uid"}, look)
+    finally:
+        view._current = saved
+    assert out.value["eff"] == 1 << 2, out  # CAP_DAC_READ_SEARCH
+    assert out.value["detail"].endswith("only CAP_DAC_READ_SEARCH, kept to read the runtime: no runtime view "
+                                        "(mount namespaces are not available here)"), out
