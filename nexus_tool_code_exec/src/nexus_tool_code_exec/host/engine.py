@@ -35,7 +35,6 @@ from nexus_core import (
     CodeExecRequest,
     CodeExecResult,
     Nexus,
-    SkillContent,
     ToolDef,
     ToolResult,
 )
@@ -47,8 +46,18 @@ from ..launchers.zygote import ZygoteLauncher
 from .bindings import Bindings, generate
 from .check import ScriptRejected, check_script, skill_module_name
 from .fastpath import Seat
-from .runner import Outcome, ScriptRun, Settings
+from .runner import (
+    CALLS_IN_FLIGHT_PER_WORKER,
+    MAX_CALLS_PAST_LIMIT,
+    MAX_PENDING_CALL_BYTES,
+    OUTPUT_SLACK_BYTES,
+    Outcome,
+    ScriptRun,
+    Settings,
+)
 from .session import SessionFiles, SessionStore, folder_for
+from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
+from .streaming import RECORD_BUDGET
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -180,17 +189,8 @@ class CodeExec:
             from nexus_core.skills import active_skills
         except ImportError:
             return {}
-        helpers: dict[str, list[tuple[str, str]]] = {}
-        for skill in active_skills(self.nexus):
-            folder = Path(skill.path)
-            if folder.is_file():
-                folder = folder.parent
-            files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.name.startswith("test_"))
-            if files:
-                helpers[skill_module_name(skill.name)] = [
-                    (p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files
-                ]
-        return helpers
+        skills = active_skills(self.nexus)
+        return read_helpers(skills, {skill.name: skill_module_name(skill.name) for skill in skills})
 
     def bindings(self) -> Bindings:
         key = self.nexus.tools_version
@@ -319,10 +319,11 @@ class CodeExec:
         """The run's session folder, and the result event for a run that was announced."""
         if run.record:
             if run.folder is not None:
-                self.sessions.persist(run.folder, run.files, run.script, outcome)
+                # a record that cannot be written is an error of the run (persist logs it too)
+                outcome.record_error = self.sessions.persist(run.folder, run.files, run.script, outcome)
             if run.announced:
                 self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
-                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
+                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=self._error_of(outcome),
                     stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
                     tool_calls=len(outcome.call_lines),
                 ))
@@ -335,7 +336,17 @@ class CodeExec:
             log.exception("an observer of nexus_code_exec_stdout raised")
 
     @staticmethod
-    def _result(outcome: Outcome) -> ToolResult:
+    def _error_of(outcome: Outcome) -> str | None:
+        """The run's error, and that its record could not be written: `record failed: ...` for a
+        run that otherwise succeeded (its result stays in output_structured)."""
+        if outcome.record_error is None:
+            return outcome.error
+        if outcome.error is None:
+            return f"record failed: {outcome.record_error}"
+        return f"{outcome.error}\n(and record failed: {outcome.record_error})"
+
+    @classmethod
+    def _result(cls, outcome: Outcome) -> ToolResult:
         body: dict[str, Any] = {}
         if outcome.stdout:
             body["stdout"] = outcome.stdout
@@ -343,9 +354,10 @@ class CodeExec:
             body["result"] = outcome.result
         if outcome.stdout_truncated:
             body["stdout_truncated"] = True
-        if outcome.error is not None:
-            text = outcome.error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
-            return ToolResult(id="", name=TOOL_NAME, output=text, error=outcome.error,
+        error = cls._error_of(outcome)
+        if error is not None:
+            text = error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
+            return ToolResult(id="", name=TOOL_NAME, output=text, error=error,
                               output_structured=body or None, error_kind="failure")
         return ToolResult(id="", name=TOOL_NAME, output=json.dumps(body, ensure_ascii=False),
                           output_structured=body)
@@ -428,6 +440,7 @@ class CodeExec:
         pid = launcher.pid  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
+        lines += self.budget_lines()
         for missing in self.missing_required():
             lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
         if not self.missing_required():
@@ -435,6 +448,25 @@ class CodeExec:
                 lines.append(f"a trivial run costs {self.trivial_run_ms():.2f} ms (median of 20, a spare child waiting)")
             except Exception as exc:
                 lines.append(f"error: a trivial run failed: {exc}")
+        return lines
+
+    def budget_lines(self) -> list[str]:
+        """`nexus doctor`'s lines on what a script may make the host hold or do, and on records."""
+        settings = self.settings
+        lines = [
+            f"host budget per run: {CALLS_IN_FLIGHT_PER_WORKER * settings.max_workers} calls in flight "
+            f"({CALLS_IN_FLIGHT_PER_WORKER} x max_workers; past them the child waits), "
+            f"{MAX_PENDING_CALL_BYTES >> 20} MiB of pending call messages, {MAX_CALLS_PAST_LIMIT} calls refused "
+            f"past max_tool_calls ({settings.max_tool_calls}), output read up to {OUTPUT_SLACK_BYTES >> 20} MiB "
+            f"past max_output_bytes; past any but the first the run is stopped with an error naming the limit",
+            f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
+            f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
+        ]
+        if self.config["persist_scripts"]:
+            where = Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id
+            lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
+                         f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "
+                         "cannot be written is the run's error")
         return lines
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -450,6 +482,8 @@ class CodeExec:
         self._closed = True
         with self._lock:
             launcher, self._launcher = self._launcher, None
-        if launcher is not None:
-            launcher.close()
-        self.sessions.close()
+        try:
+            if launcher is not None:
+                launcher.close()
+        finally:
+            self.sessions.close()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,6 +28,7 @@ import attrs
 
 from .. import protocol
 from ..protocol import PipeReader, SpinPermits
+from .cleanup import janitor
 
 if TYPE_CHECKING:
     from ..launchers.base import Child, Launcher
@@ -318,7 +318,7 @@ class Spare:
                 os.close(fd)
             except OSError:
                 pass
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        janitor.remove(self.scratch)
 
 
 class SparePool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from concurrent.futures import Future
 import attrs
 
 from .. import protocol
+from ..host.cleanup import janitor, remove_logged
 from ..host.fastpath import SPARES, Spare, SparePool
 from .base import CHILD_ENV, Child, Launcher
 
@@ -98,9 +98,9 @@ class ZygoteChild(Child):
         if scratch and future is not None:
             # only once the process is gone: a script still writing (it was killed, not
             # waited for) would otherwise make the removal fail and leave the folder behind
-            future.add_done_callback(lambda _: shutil.rmtree(scratch, ignore_errors=True))
+            future.add_done_callback(lambda _: janitor.remove(scratch))
         elif scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+            janitor.remove(scratch)
 
 
 class _Zygote:
@@ -210,7 +210,8 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.scratch_root, ignore_errors=True)
+        janitor.drain()  # the scratch folders of its children that are on their way out
+        remove_logged(self.scratch_root)
 
     # -- what it says ---------------------------------------------------------------------------
 

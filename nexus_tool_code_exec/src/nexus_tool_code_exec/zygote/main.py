@@ -36,9 +36,11 @@ from typing import Any
 from .. import protocol
 
 
-def _preimport(allowed: list[str]) -> int | None:
+def _preimport(allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str) -> int | None:
     """Import what every script needs and work out the sandbox's programs once, so a forked
-    child starts warm. Returns the fd of a network namespace children share (root only)."""
+    child starts warm; as root, make the runtime view children live in (sandbox/view.py), so
+    that they need no capability to read the runtime. Returns the fd of a network namespace
+    children share (root only)."""
     import attrs  # noqa: F401
     import cattrs  # noqa: F401
 
@@ -55,6 +57,10 @@ def _preimport(allowed: list[str]) -> int | None:
 
         sandbox.prepare()
         net_fd = sandbox.make_shared_netns()
+        if "uid" in policy.get("layers", ()) and os.geteuid() == 0:
+            from ..sandbox import view
+
+            view.make(tuple(policy.get("read_paths", ())), (scratch_root,))
     except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
         pass
     gc.collect()
@@ -90,7 +96,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                 spare_count: int) -> None:
     """Serve the host on `ctrl_fd` until it goes away; then kill every child and exit."""
     ctrl = socket.socket(fileno=ctrl_fd)
-    net_fd = _preimport(allowed)
+    net_fd = _preimport(allowed, policy, scratch_root)
     from ..child import runtime
 
     wake_r, wake_w = os.pipe()
