@@ -125,6 +125,8 @@ class OutMessage(TypedDict):
     s: Literal["stdout", "stderr"]
     d: str
     truncated: NotRequired[bool]  # on the message where max_output_bytes cut the output
+    held: NotRequired[bool]  # on the message that filled the head: the rest is held for the tail
+    dropped: NotRequired[int]  # on the first message of the tail: the bytes dropped before it
 
 
 class DoneMessage(TypedDict):

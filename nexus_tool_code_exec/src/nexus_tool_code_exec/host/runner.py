@@ -326,9 +326,14 @@ class ScriptRun:
                 self._messages += 1
                 kind = msg.get("t")
                 if kind == protocol.OUT:
+                    dropped = msg.get("dropped")
+                    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0:
+                        self.streamer.mark(dropped)  # the tail follows
                     self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
                     if msg.get("truncated") is True:
                         self.streamer.truncated = True
+                    elif msg.get("held") is True:
+                        self.streamer.held = True
                 elif kind == protocol.CALL:
                     if hand_off:
                         pipe.first_call = (msg, lines.size)
