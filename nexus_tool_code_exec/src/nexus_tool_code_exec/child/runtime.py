@@ -20,6 +20,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from .. import protocol
 from ..protocol import SCRIPT_FILENAME
 from .channel import MAX_LINE, Channel, ChannelClosed
-from .errors import describe, script_line, unserializable, where_text
+from .errors import describe, script_line, unserializable
 from .output import MARKER_RESERVE, StreamWriter, Tail
 
 
@@ -208,6 +209,12 @@ def _json_default(value: Any) -> Any:
 _encode = protocol.encoder(default=_json_default)
 
 
+#: how long before its deadline a script's child first says which line is running, and how often
+#: after that (a paused clock moves the deadline on: the last report before the kill counts)
+WHERE_AHEAD = 0.25
+WHERE_EVERY = 0.1
+
+
 #: bindings the zygote compiled ahead of the fork, by key
 PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
 
@@ -314,6 +321,7 @@ class Stage:
         self.finder = SkillHelpers({})
         self.module = types.ModuleType("__script__")
         self.module.__file__ = SCRIPT_FILENAME
+        signal.signal(signal.SIGALRM, self.report_where)
         self._compiled: tuple[str, types.CodeType] | None = None
         # the start message's way through this process, once, on a sample (made in the zygote):
         # its first pass through the framing, the JSON decoder, base64 and marshal costs ~0.3 ms
@@ -323,6 +331,27 @@ class Stage:
         sample = lines.next()
         assert sample is not None
         exec(load_code(sample), types.ModuleType("__sample__").__dict__)
+
+    def report_where(self, signum: int, frame: types.FrameType | None) -> None:
+        """SIGALRM, near the deadline and every WHERE_EVERY seconds after: tell the host which of
+        the script's lines is running, so that a timeout can name it. Sent only when no other
+        thread (nor the code this handler interrupted) is writing to the pipe."""
+        line = None
+        while frame is not None:
+            if frame.f_code.co_filename == SCRIPT_FILENAME:
+                line = frame.f_lineno
+                break
+            frame = frame.f_back
+        if line is None:
+            return
+        lock = self.channel._wlock
+        if lock.acquire(blocking=False):
+            try:
+                protocol.write_all(self.channel.wfd, protocol.encode({"t": protocol.WHERE, "line": line}))
+            except OSError:
+                pass
+            finally:
+                lock.release()
 
     def precompile(self, script: Any) -> None:
         """Compile the script the host said is coming, while the host checks it (it runs only
@@ -398,10 +427,14 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     flags, out, err, module = stage.flags, stage.out, stage.err, stage.module
     sys.stdout, sys.stderr = out, err
     source = start.get("script", "")
+    timeout = float(start.get("timeout", 30))
+    # near the deadline the child says which line runs, so that the host's "timed out" names it
+    signal.setitimer(signal.ITIMER_REAL, max(timeout - WHERE_AHEAD, timeout / 2), WHERE_EVERY)
 
     dropped = [0]
 
     def finish_output() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         out.flush()
         err.flush()
         dropped[0] = stage.tail.send(channel)
@@ -415,8 +448,10 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     except MemoryError as exc:
         line = script_line(exc.__traceback__)
         finish_output()
-        return {"t": protocol.ERROR, "kind": protocol.MEMORY,
-                "message": "memory limit exceeded" + (f" ({where_text(line, source)})" if line else "")}
+        error: dict[str, Any] = {"t": protocol.ERROR, "kind": protocol.MEMORY, "message": "memory limit exceeded"}
+        if line:
+            error["line"] = line
+        return error
     except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
         finish_output()
         line = script_line(exc.__traceback__)

@@ -11,6 +11,7 @@ have), each with the fix.
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 import re
 import types
@@ -96,6 +97,10 @@ _THREAD_HINTS = {
                     "parallel.all(f, g)"),
 }
 PARALLEL_FUNCTIONS = ("map", "for_each", "all")
+#: the names a script has without binding them
+BUILTIN_NAMES = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__annotations__"}
+#: builtins no script means when it misspells a name
+_RARE_BUILTINS = frozenset(n for n in BUILTIN_NAMES if n.startswith("_") or n[:1].isupper())
 _COLLECTIONS = (ast.List, ast.Tuple, ast.ListComp, ast.Set, ast.SetComp, ast.Dict, ast.DictComp, ast.GeneratorExp)
 
 
@@ -186,6 +191,9 @@ class _Checker:
 
     def run(self) -> list[tuple[int, str]]:
         uses: list[ast.Name] = []
+        loads: list[ast.Name] = []
+        star = False
+        annotations: list[ast.expr] = []  # not evaluated (or not by run): never "not defined"
         calls: list[ast.Call] = []
         attributes: list[ast.Attribute] = []
         subscripts: list[ast.Subscript] = []
@@ -195,10 +203,12 @@ class _Checker:
                 assert isinstance(node, ast.Name)
                 if node.id in FORBIDDEN_NAMES:
                     self.add(node.lineno, f"{node.id!r} is not allowed")
-                if isinstance(node.ctx, ast.Store):
+                if not isinstance(node.ctx, ast.Load):
                     self.bound.add(node.id)
                 elif node.id in PROVIDED_MODULES:
                     uses.append(node)
+                else:
+                    loads.append(node)
             elif kind is ast.Attribute:
                 assert isinstance(node, ast.Attribute)
                 if node.attr.startswith("__") and node.attr.endswith("__"):
@@ -222,24 +232,53 @@ class _Checker:
             elif kind is ast.ImportFrom:
                 assert isinstance(node, ast.ImportFrom)
                 self.import_from(node)
+                star = star or any(alias.name == "*" for alias in node.names)
             elif kind in (ast.FunctionDef, ast.AsyncFunctionDef):
                 assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                 self.bound.add(node.name)
                 self.functions.add(node.name)
-                for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
-                    self.bound.add(arg.arg)
+                for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                            node.args.vararg, node.args.kwarg):
+                    if arg is not None:
+                        self.bound.add(arg.arg)
+                        if arg.annotation is not None:
+                            annotations.append(arg.annotation)
+                if node.returns is not None:
+                    annotations.append(node.returns)
                 if kind is ast.AsyncFunctionDef and not (node.name == "run" and node in self.tree.body):
                     self.add(node.lineno, f"async def {node.name}: a script runs no event loop; tool calls are "
                                           "plain calls that block (fan out with parallel.map(items, fn))")
+            elif kind is ast.AnnAssign:
+                annotations.append(node.annotation)  # type: ignore[attr-defined]
             elif kind is ast.ClassDef:
                 self.bound.add(node.name)  # type: ignore[attr-defined]
+            elif kind is ast.ExceptHandler and node.name:  # type: ignore[attr-defined]
+                self.bound.add(node.name)  # type: ignore[attr-defined]
+            elif kind in (ast.Global, ast.Nonlocal):
+                self.bound.update(node.names)  # type: ignore[attr-defined]
+            elif kind in (ast.MatchAs, ast.MatchStar) and node.name:  # type: ignore[attr-defined]
+                self.bound.add(node.name)  # type: ignore[attr-defined]
+            elif kind is ast.MatchMapping and node.rest:  # type: ignore[attr-defined]
+                self.bound.add(node.rest)  # type: ignore[attr-defined]
             elif kind is ast.Lambda:
-                for arg in node.args.args:  # type: ignore[attr-defined]
-                    self.bound.add(arg.arg)
+                a = node.args  # type: ignore[attr-defined]
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                    if arg is not None:
+                        self.bound.add(arg.arg)
         self.check_run()
         for name in uses:
             if name.id not in self.bound:
                 self.add(name.lineno, f"`{name.id}` is used but not imported: add `import {name.id}` at the top")
+        if not star:  # a name no statement binds, anywhere: a misspelling (NameError when it runs)
+            known = self.bound | BUILTIN_NAMES
+            unknown = [name for name in loads if name.id not in known and name.id not in FORBIDDEN_NAMES]
+            if unknown and annotations:
+                skip = {id(n) for a in annotations for n in ast.walk(a)}
+                unknown = [name for name in unknown if id(name) not in skip]
+            for name in unknown:
+                close = difflib.get_close_matches(name.id, sorted(known - _RARE_BUILTINS), n=1, cutoff=0.7)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                self.add(name.lineno, f"name {name.id!r} is not defined{hint}")
         if self.tool_aliases or self.tool_names or self.parallel_aliases or self.parallel_names:
             self.check_api(calls, attributes, subscripts)
         return self.problems

@@ -574,7 +574,8 @@ class CodeExec:
         if outcome.stdout_truncated:
             body["stdout_truncated"] = True
         if outcome.error is not None:
-            text = outcome.error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
+            where = f" ({outcome.where})" if outcome.where else ""
+            text = outcome.error + where + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
             return ToolResult(id="", name=TOOL_NAME, output=cut_middle(text, self.max_text_bytes),
                               error=outcome.error, output_structured=body or None, error_kind="failure")
         return ToolResult(id="", name=TOOL_NAME, output=result_text(outcome, self.max_text_bytes),

@@ -30,6 +30,7 @@ import attrs
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
 from .. import protocol
+from ..child.errors import where_text
 from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath
@@ -75,6 +76,9 @@ class Outcome:
     #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
     call_lines: list[str] = attrs.field(factory=list)
     duration: float = 0.0
+    #: for a timeout or a memory error: the script's line that was running (`at line 4: while
+    #: True:`), which the text a model reads adds to `error`
+    where: str | None = None
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -149,6 +153,8 @@ class ScriptRun:
         self._messages = 0
         self._watchdog: Watchdog | None = None  # the deadline of the child being served
         self._pauses = 0  # pauses asked for before a watchdog was running (or between two)
+        self.where_line: int | None = None  # the line the child last said was running
+        self._script = ""
         # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -164,6 +170,7 @@ class ScriptRun:
         successor: a child of a new zygote from `launcher`, which runs the script from the
         start. Nothing was lost: a script acts only through messages, and it sent none."""
         began = time.monotonic()
+        self._script = start.get("script") or ""
         ending = self._serve(seat, start, meanwhile)
         if ending.lost:
             try:
@@ -341,6 +348,10 @@ class ScriptRun:
                     self._dispatch_call(msg, lines.size)
                 elif kind in (protocol.DONE, protocol.ERROR):
                     return msg, None
+                elif kind == protocol.WHERE:
+                    line = msg.get("line")
+                    if isinstance(line, int) and not isinstance(line, bool):
+                        self.where_line = line
                 else:
                     return None, f"an unknown message type {kind!r}"
             except (ProtocolError, protocol.FramingError) as exc:
@@ -437,6 +448,7 @@ class ScriptRun:
             outcome.error = ending.error
         elif ending.timed_out:
             outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
+            outcome.where = where_text(self.where_line, self._script)
         elif ending.violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None:
@@ -455,6 +467,9 @@ class ScriptRun:
                     outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
         else:
             outcome.error = self._error_message(final)
+            line = final.get("line")
+            if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
+                outcome.where = where_text(line, self._script)
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome
