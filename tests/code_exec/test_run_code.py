@@ -359,7 +359,7 @@ def test_an_unknown_keyword_is_rejected_before_the_run(nx: Nexus, gate: Recorder
                             "It is echo(*, text: str) -> Result")
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    kw = {'txt': 'x'}\n    tools.echo(**kw)\n"))
     assert result.error == ("runtime error: line 5: TypeError: tools.echo() has no argument 'txt'; did you mean "
-                            "'text'?: it is echo(*, text: str) -> Result")
+                            "'text'? It is echo(*, text: str) -> Result")
     assert gate.inner("echo") == []
 
 
@@ -383,7 +383,7 @@ def test_run_code_is_not_among_the_tools_a_script_sees(nx: Nexus, gate: Recorder
     description = nx.tool("run_code").description
     assert "def echo(" in description and "def run_code(" not in description
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return tools.run_code(script='x')\n"))
-    assert result.error == "script rejected: line 4: no tool 'run_code'"
+    assert result.error == "script rejected: line 4: no tool 'run_code' (the tools: echo)"
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return getattr(tools, 'run_code')(script='x')\n"))
     assert result.error == "runtime error: line 4: AttributeError: module 'tools' has no attribute 'run_code'"
     assert [c.name for c in gate.calls] == ["run_code", "run_code"]  # only the outer calls
@@ -600,8 +600,9 @@ def test_output_and_result_within_generous_limits_come_through_whole(nexus_facto
 def test_a_wrong_args_object_is_a_TypeError_naming_the_expected_class(nx: Nexus, gate: Recorder, arg: str, got: str) -> None:
     """Passed through a name, the check cannot tell: the call says what it takes."""
     result = assert_error(run(nx, f"import tools\n\ndef run(ctx):\n    value = {arg}\n    tools.echo(value)\n"))
+    article = "an" if got == "int" else "a"
     assert result.error == (f"runtime error: line 5: TypeError: tools.echo() takes keyword arguments (or an "
-                            f"EchoArgs), not a {got}: it is echo(*, text: str) -> Result")
+                            f"EchoArgs), not {article} {got}: it is echo(*, text: str) -> Result")
     assert gate.inner("echo") == []
 
 

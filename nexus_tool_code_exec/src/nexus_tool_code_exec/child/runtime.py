@@ -138,6 +138,10 @@ def in_parallel() -> bool:
     return getattr(_local, "parallel", False)
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
 def signature_of(name: str) -> str:
     """How the stubs show tool `name`'s function: `read(*, path: str, ...) -> ReadResult`."""
     tools = sys.modules.get("tools")
@@ -151,8 +155,10 @@ def _bad_call(name: str, args_cls: type, kwargs: dict[str, Any]) -> TypeError:
     unknown = [k for k in kwargs if k not in fields]
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(fields), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        problem = f"tools.{name}() has no argument {unknown[0]!r}{hint}"
+        if close:
+            return TypeError(f"tools.{name}() has no argument {unknown[0]!r}; did you mean {close[0]!r}? "
+                             f"It is {signature_of(name)}")
+        problem = f"tools.{name}() has no argument {unknown[0]!r}"
     else:
         missing = [k for k, f in fields.items() if f.default is attrs.NOTHING and k not in kwargs]
         problem = f"tools.{name}() is missing its required argument {missing[0]!r}" if missing \
@@ -168,14 +174,14 @@ def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], resu
         except TypeError:
             raise _bad_call(name, args_cls, kwargs) from None
     elif kwargs:
-        raise TypeError(f"tools.{name}() takes an {args_cls.__name__} or keywords, not both: it is {signature_of(name)}")
+        raise TypeError(f"tools.{name}() takes {_a(args_cls.__name__)} or keywords, not both: it is {signature_of(name)}")
     if isinstance(args, dict):
         arguments = args
     elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
         arguments = converter.unstructure(args)
     else:
-        raise TypeError(f"tools.{name}() takes keyword arguments (or an {args_cls.__name__}), not a "
-                        f"{type(args).__name__}: it is {signature_of(name)}")
+        raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
+                        f"{_a(type(args).__name__)}: it is {signature_of(name)}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
     reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
     result = reply.get("result") or {}

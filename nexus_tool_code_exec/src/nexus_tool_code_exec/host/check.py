@@ -85,12 +85,10 @@ _MODULE_HINTS: dict[str, tuple[tuple[str, ...], str]] = {
     "glob": (("glob",), "find files with tools.glob(pattern=...)"),
     "tempfile": ((), "the working folder is already a scratch folder of this run"),
     "sys": ((), "print() writes to the output; ctx.remaining() gives the seconds left"),
-    "requests": (("webfetch",), "fetch pages with tools.webfetch(url=...)"),
-    "urllib": (("webfetch",), "fetch pages with tools.webfetch(url=...)"),
-    "http": (("webfetch",), "fetch pages with tools.webfetch(url=...)"),
-    "httpx": (("webfetch",), "fetch pages with tools.webfetch(url=...)"),
-    "socket": (("webfetch",), "a script has no network; fetch pages with tools.webfetch(url=...)"),
 }
+for _module in ("requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "socket", "ssl"):
+    _MODULE_HINTS[_module] = ((), "a script has no network: fetch pages with a tool (tools.webfetch, where "
+                                  "there is one)")
 _THREAD_HINTS = {
     "subprocess": (("shell",), "run commands with tools.shell(command=...)"),
     "asyncio": ((), "tool calls are plain calls that block: fan out with parallel.map(items, fn) or "
@@ -102,6 +100,24 @@ BUILTIN_NAMES = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "
 #: builtins no script means when it misspells a name
 _RARE_BUILTINS = frozenset(n for n in BUILTIN_NAMES if n.startswith("_") or n[:1].isupper())
 _COLLECTIONS = (ast.List, ast.Tuple, ast.ListComp, ast.Set, ast.SetComp, ast.Dict, ast.DictComp, ast.GeneratorExp)
+
+
+#: a keyword a model reaches for -> the names tools usually give it
+_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "file": ("path",), "filename": ("path",), "filepath": ("path",), "file_path": ("path",), "dir": ("path",),
+    "folder": ("path",), "directory": ("path",), "text": ("content",), "data": ("content",), "body": ("content",),
+    "contents": ("content",), "cmd": ("command",), "query": ("pattern",), "regex": ("pattern",),
+    "glob": ("pattern",), "max": ("limit",), "count": ("limit",), "start": ("offset",), "old": ("old_string",),
+    "new": ("new_string",), "link": ("url",), "uri": ("url",),
+}
+_DICT_METHODS = frozenset({"get", "keys", "items", "values"})
+#: the runtime's names in `tools` that no script means when it misspells a tool
+RUNTIME_PRIVATE = frozenset({"attrs", "Any", "Literal", "_call", "_Record", "_SIGNATURES"})
+
+
+def _a(noun: str) -> str:
+    """`a ReadResult`, `an EchoArgs`."""
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
 def _hint(module: str, table: dict[str, tuple[tuple[str, ...], str]], api: Bindings | None) -> str:
@@ -354,8 +370,13 @@ class _Checker:
 
     def no_tool(self, name: str) -> str:
         assert self.api is not None
-        close = difflib.get_close_matches(name, sorted(self.api.names), n=1, cutoff=0.6)
-        return f"no tool {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+        close = difflib.get_close_matches(name, sorted(self.api.names - RUNTIME_PRIVATE), n=1, cutoff=0.6)
+        if close:
+            return f"no tool {name!r}; did you mean {close[0]!r}?"
+        functions = sorted(self.api.functions)
+        if len(functions) <= 40:
+            return f"no tool {name!r} (the tools: {', '.join(functions) or 'none'})"
+        return f"no tool {name!r} (run_code_api finds the tools that do what you need)"
 
     @staticmethod
     def no_parallel(name: str) -> str:
@@ -398,7 +419,8 @@ class _Checker:
                 else:
                     cls = api.classes.get(name)
                     if cls is not None:
-                        self.check_keywords(call, f"tools.{name}", cls.fields, cls.signature, positional_ok=False)
+                        self.check_keywords(call, f"tools.{name}()", cls.fields, cls.signature.rsplit(" -> ", 1)[0],
+                                            positional_ok=False)
                 continue
             fn = self.parallel_attr(call.func)
             if fn in PARALLEL_FUNCTIONS:
@@ -414,14 +436,14 @@ class _Checker:
         if call.args:
             arg = call.args[0]
             if call.keywords:
-                self.add(call.lineno, f"{where} takes an {fn.args_class} or keywords, not both: it is {fn.signature}")
+                self.add(call.lineno, f"{where} takes {_a(fn.args_class)} or keywords, not both: it is {fn.signature}")
                 return
             if isinstance(arg, (ast.Constant, ast.JoinedStr, ast.BinOp, *_COLLECTIONS)) and not isinstance(arg, ast.Dict):
                 self.add(call.lineno, f"{where} takes keyword arguments, not a positional value: it is {fn.signature}")
                 return
             other = self.tools_attr(arg.func) if isinstance(arg, ast.Call) else None
             if other is not None and other != fn.args_class and self.api is not None and other in self.api.classes:
-                self.add(call.lineno, f"{where} takes an {fn.args_class}, not a {other}: it is {fn.signature}")
+                self.add(call.lineno, f"{where} takes {_a(fn.args_class)}, not {_a(other)}: it is {fn.signature}")
             return
         self.check_keywords(call, where, fn.params, fn.signature, positional_ok=True)
 
@@ -433,7 +455,8 @@ class _Checker:
         given = [k.arg for k in call.keywords if k.arg is not None]
         unknown = [name for name in given if name not in params]
         for name in unknown:
-            close = difflib.get_close_matches(name, list(params), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(name, list(params), n=1, cutoff=0.6) or \
+                [p for p in _SYNONYMS.get(name.lower(), ()) if p in params][:1]
             hint = f"; did you mean {close[0]!r}? It is" if close else ": it is"
             self.add(call.lineno, f"{where} has no argument {name!r}{hint} {signature}")
         if any(k.arg is None for k in call.keywords) or call.args or unknown:
@@ -500,10 +523,15 @@ class _Checker:
             fn = self.result_of(node.value) or (known.get(node.value) if isinstance(node.value, ast.Name) else None)
             if fn is None or fn.result_fields is None or node.attr in fn.result_fields:
                 continue
-            close = difflib.get_close_matches(node.attr, list(fn.result_fields), n=1, cutoff=0.6)
+            if node.attr in _DICT_METHODS:
+                self.add(node.lineno, f"tools.{fn.name}() returns {_a(fn.result)}, an object, not a dict: read its "
+                                      f"fields as attributes ({', '.join('.' + f for f in fn.result_fields)})")
+                continue
+            close = difflib.get_close_matches(node.attr, list(fn.result_fields), n=1, cutoff=0.6) or \
+                [f for f in _SYNONYMS.get(node.attr.lower(), ()) if f in fn.result_fields][:1]
             hint = f"; did you mean .{close[0]}?" if close else ""
             fields = ", ".join(fn.result_fields) or "none"
-            self.add(node.lineno, f"tools.{fn.name}() returns a {fn.result}, which has no attribute {node.attr!r}"
+            self.add(node.lineno, f"tools.{fn.name}() returns {_a(fn.result)}, which has no attribute {node.attr!r}"
                                   f"{hint} (its fields: {fields})")
         for sub in subscripts:
             if not isinstance(sub.ctx, ast.Load):
@@ -514,7 +542,7 @@ class _Checker:
             key = sub.slice.value if isinstance(sub.slice, ast.Constant) else None
             use = f"write .{key}, not [{key!r}]" if isinstance(key, str) and key in fn.result_fields \
                 else f"read its fields as attributes ({', '.join('.' + f for f in fn.result_fields)})"
-            self.add(sub.lineno, f"tools.{fn.name}() returns a {fn.result}, an object, not a dict: {use}")
+            self.add(sub.lineno, f"tools.{fn.name}() returns {_a(fn.result)}, an object, not a dict: {use}")
 
     def result_names(self) -> dict[ast.Name, FunctionApi]:
         """The uses of names that hold a tool's result: in each function (and the module), a name
