@@ -326,10 +326,16 @@ def _strip_required(hint: Any) -> Any:
 
 def _typeddict_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An object schema from a TypedDict: its keys, required as `total` / `Required` say."""
-    hints = {key: _strip_required(hint) for key, hint in _class_hints(cls, localns).items()}
+    raw = _class_hints(cls, localns)
+    hints = {key: _strip_required(hint) for key, hint in raw.items()}
     props = {key: schema_for_type(hint, seen, localns) for key, hint in hints.items()}
     schema: dict[str, Any] = {"type": "object", "properties": props}
-    required = [key for key in hints if key in getattr(cls, "__required_keys__", frozenset(hints))]
+    # the markers, read from the resolved hints too: under `from __future__ import annotations`
+    # the class's own __required_keys__ cannot see a NotRequired written as text
+    total = getattr(cls, "__required_keys__", frozenset(hints))
+    required = [key for key, hint in raw.items()
+                if typing.get_origin(hint) is typing.Required
+                or (typing.get_origin(hint) is not typing.NotRequired and key in total)]
     if required:
         schema["required"] = required
     schema["additionalProperties"] = False
