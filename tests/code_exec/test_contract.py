@@ -16,12 +16,12 @@ from typing import Any, TypedDict
 
 import attrs
 import pytest
-
-from nexus_core import Nexus, ToolDef, native_tool, tool
-from nexus_tool_code_exec import engine_for
 from nexus_tool_code_exec.child import runtime
 from nexus_tool_code_exec.host.bindings import BindingsCache, generate
 from nexus_tool_code_exec.host.engine import API_TOOL
+
+from nexus_core import Nexus, ToolDef, native_tool, tool
+from nexus_tool_code_exec import engine_for
 
 CE = "nexus.tool.code_exec"
 
@@ -57,7 +57,7 @@ def stub_signatures(stubs: str) -> dict[str, inspect.Signature]:
     """Each function of the stubs, with its signature as Python reads it (the stubs run as a
     module: they are Python; their annotations stay text)."""
     namespace: dict[str, Any] = {}
-    exec(compile("from __future__ import annotations\n" + stubs, "stubs", "exec"), namespace)  # noqa: S102
+    exec(compile("from __future__ import annotations\n" + stubs, "stubs", "exec"), namespace)
     functions = [node.name for node in ast.parse(stubs).body if isinstance(node, ast.FunctionDef)]
     return {name: inspect.signature(namespace[name]) for name in functions}
 
@@ -97,9 +97,9 @@ def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path,
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in stub.parameters.values())
         # the same types: the stub's annotation, read in the real module, is the field's
         for p, f in zip(stub.parameters.values(), attrs.fields(args_cls), strict=True):
-            if eval(p.annotation, types) != hints[f.name]:  # noqa: S307
+            if eval(p.annotation, types) != hints[f.name]:
                 differences.append(f"{fname}({p.name})")
-        if eval(stub.return_annotation, types) != typing.get_type_hints(getattr(module, fname))["return"]:  # noqa: S307
+        if eval(stub.return_annotation, types) != typing.get_type_hints(getattr(module, fname))["return"]:
             differences.append(f"{fname} ->")
         assert module._SIGNATURES[piece.tool.name].startswith(f"{fname}(")
     assert differences == []

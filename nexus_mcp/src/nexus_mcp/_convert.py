@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import attrs
-
 import mcp_types as types
 
 from nexus_core import (

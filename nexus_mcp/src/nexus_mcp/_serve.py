@@ -39,9 +39,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from nexus_core.adapters import mcp_output_schema
 
 from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
-from nexus_core.adapters import mcp_output_schema
 
 from ._convert import to_call_tool_result
 from ._tools import WRAP_RESULT
@@ -216,7 +216,7 @@ class NexusMcpServer:
         for connection in list(self._legacy_connections):
             try:
                 await connection.send_tool_list_changed()
-            except Exception:  # noqa: BLE001 (a client that left)
+            except Exception:
                 self._legacy_connections.discard(connection)
 
     # -- transports ---------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class _DaemonStream:
             job, future = self._jobs.get()
             try:
                 outcome: tuple[Any, BaseException | None] = (job(), None)
-            except BaseException as exc:  # noqa: BLE001 (handed to the awaiting task)
+            except BaseException as exc:
                 outcome = (None, exc)
             try:
                 future.get_loop().call_soon_threadsafe(_settle, future, *outcome)

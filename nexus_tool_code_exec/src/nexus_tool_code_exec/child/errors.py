@@ -47,7 +47,7 @@ def describe(exc: BaseException, source: str = "") -> str:
         # Python adds "Did you mean ...?" only when it prints a traceback: ask for it
         try:
             shown = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        except Exception:  # noqa: BLE001 - the plain message will do
+        except Exception:
             shown = ""
         prefix = f"{type(exc).__name__}: "
         if shown.startswith(prefix) and len(shown) > len(prefix) + len(text):

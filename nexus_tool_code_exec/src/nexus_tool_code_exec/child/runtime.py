@@ -39,7 +39,6 @@ from .channel import MAX_LINE, Channel, ChannelClosed
 from .errors import describe, script_line, unserializable
 from .output import MARKER_RESERVE, StreamWriter, Tail
 
-
 # -- the runtime the bindings call ------------------------------------------------------------
 
 
@@ -63,6 +62,10 @@ class ToolFailed(ToolError):
 _DICT_METHODS = frozenset({"get", "keys", "items", "values", "pop", "setdefault", "update", "copy"})
 
 
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in attrs.fields(cls)] if attrs.has(cls) else []
+
+
 class Record:
     """The base of every class in `tools`: a result is an object with attributes, and a script
     that treats it as a dict (`r["content"]`, `r.get("content")`) or guesses a field is told
@@ -74,7 +77,7 @@ class Record:
         if name.startswith("__"):
             raise AttributeError(name)
         cls = type(self).__name__
-        fields = [f.name for f in attrs.fields(type(self))] if attrs.has(type(self)) else []
+        fields = _field_names(type(self))
         if name in _DICT_METHODS and name not in fields:
             raise AttributeError(f"{cls} is an object, not a dict: read its fields as attributes "
                                  f"({', '.join('.' + f for f in fields) or 'it has none'})")
@@ -84,7 +87,7 @@ class Record:
 
     def __getitem__(self, key: Any) -> Any:
         cls = type(self).__name__
-        fields = [f.name for f in attrs.fields(type(self))] if attrs.has(type(self)) else []
+        fields = _field_names(type(self))
         if isinstance(key, str) and key in fields:
             raise TypeError(f"{cls} is an object, not a dict: write .{key}, not [{key!r}]")
         raise TypeError(f"{cls} is an object, not a dict: read its fields as attributes "
@@ -151,7 +154,7 @@ def signature_of(name: str) -> str:
 
 def _bad_call(name: str, args_cls: type, kwargs: dict[str, Any]) -> TypeError:
     """Why keywords do not fit a tool's Args class, with the function's real signature."""
-    fields = {f.alias or f.name: f for f in attrs.fields(args_cls)}  # type: ignore[arg-type]
+    fields = {f.alias or f.name: f for f in attrs.fields(args_cls)}
     unknown = [k for k in kwargs if k not in fields]
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(fields), n=1, cutoff=0.6)
@@ -366,7 +369,7 @@ class Stage:
         if isinstance(script, str):
             try:
                 self._compiled = (script, compile(script, SCRIPT_FILENAME, "exec", dont_inherit=True))
-            except Exception:  # noqa: BLE001 - the host's check reports it, or the start does
+            except Exception:
                 self._compiled = None
 
     def code_for(self, start: dict[str, Any]) -> types.CodeType:

@@ -314,8 +314,9 @@ def _render_source_class(cls: _Class) -> str:
     return "\n".join(out)
 
 
-#: where a stub's comments wrap (a description is kept whole, on as many lines as it takes)
-COMMENT_WIDTH = 100
+#: where a stub's comments and docstrings wrap (a description is kept whole, on as many lines as
+#: it takes); wider than most descriptions: every line break costs the model tokens
+COMMENT_WIDTH = 300
 
 
 def _field_comment(f: Field, code: str) -> str:

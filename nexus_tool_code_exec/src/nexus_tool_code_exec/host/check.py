@@ -59,8 +59,8 @@ def skill_module_name(skill: str) -> str:
 
 # -- markdown fences ------------------------------------------------------------------------
 
-_FENCED = re.compile(r"\A\s*(```|~~~)[ \t]*[\w+.-]*[ \t]*\r?\n(?P<code>.*?)\r?\n?[ \t]*\1[ \t]*\s*\Z", re.S)
-_FENCE_LINE = re.compile(r"^\s*(```|~~~)", re.M)
+_FENCED = re.compile(r"\A\s*(```|~~~)[ \t]*[\w+.-]*[ \t]*\r?\n(?P<code>.*?)\r?\n?[ \t]*\1[ \t]*\s*\Z", re.DOTALL)
+_FENCE_LINE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 
 
 def unfence(source: str) -> str:

@@ -224,6 +224,8 @@ class CodeExec:
         #: the plugin's `register` (from nexus_register_tools), for the companion tool
         self._register: Any = None
         self._description: str | None = None
+        #: the skill helper modules the description names (read again when skills change)
+        self._skill_modules: list[str] | None = None
 
     # -- the tool ---------------------------------------------------------------------------
 
@@ -233,8 +235,8 @@ class CodeExec:
         register(self.tooldef())
         self._sync_api_tool()
 
-    def tooldef(self) -> ToolDef:
-        self._description = self.description()
+    def tooldef(self, description: str | None = None) -> ToolDef:
+        self._description = description if description is not None else self.description()
         return ToolDef(
             name=TOOL_NAME,
             handler=self.handle,
@@ -260,12 +262,15 @@ class CodeExec:
             count = len(self.bound_tools())
         return count > self.max_listed_tools
 
-    def description(self) -> str:
-        skills = self.skill_helpers()
+    def description(self, bound: list[ToolDef] | None = None) -> str:
+        if self._skill_modules is None:
+            self._skill_modules = sorted(self.skill_helpers())
+        skills = self._skill_modules
         skill_text = ""
         if skills:
-            skill_text = " Skill helpers: " + ", ".join(f"skills.{n}" for n in sorted(skills)) + "."
-        bound = self.bound_tools()
+            skill_text = " Skill helpers: " + ", ".join(f"skills.{n}" for n in skills) + "."
+        if bound is None:
+            bound = self.bound_tools()
         names = {t.name for t in bound}
         if {"glob", "read"} <= names:
             example = EXAMPLE_FILES
@@ -366,12 +371,12 @@ class CodeExec:
         text = "\n\n\n".join(bindings.stub_of(name) for name in unique)
         return "\n".join(notes) + ("\n\n" if notes and text else "") + text
 
-    def _sync_api_tool(self) -> None:
+    def _sync_api_tool(self, count: int | None = None) -> None:
         """Offer the companion tool exactly while the description lists groups."""
         if self._register is None or self._closed:
             return
         present = self.nexus.tool(API_TOOL)
-        wanted = self.lists_groups()
+        wanted = self.lists_groups(count)
         if wanted and present is None:
             try:
                 self._register(self.api_tooldef())
@@ -384,10 +389,11 @@ class CodeExec:
         current = self.nexus.tool(TOOL_NAME)
         if current is None or current.plugin != self.plugin_id or self._closed:
             return
-        description = self.description()
+        bound = self.bound_tools()
+        description = self.description(bound)
         if description != self._description:
-            self.nexus.replace_tool(self.tooldef(), plugin=self.plugin_id)
-        self._sync_api_tool()
+            self.nexus.replace_tool(self.tooldef(description), plugin=self.plugin_id)
+        self._sync_api_tool(len(bound))
 
     # -- bindings and skills ----------------------------------------------------------------
 
@@ -433,6 +439,7 @@ class CodeExec:
 
     def skills_changed(self) -> None:
         """A skill was activated or deactivated: the description lists the skills' helpers."""
+        self._skill_modules = None
         self._refresh_description()
 
     # -- a run, top to bottom ------------------------------------------------------------------
