@@ -124,9 +124,7 @@ def constraints(schema: Any, said: str = "") -> str:
         value = schema.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             add(f"{words} {value:g}" if isinstance(value, float) else f"{words} {value}", value)
-    if schema.get("minLength") == 1:
-        add("not empty")
-    elif isinstance(schema.get("minLength"), int):
+    if isinstance(schema.get("minLength"), int) and schema["minLength"] > 1:  # 1: an empty string is refused
         add(f"at least {_plural(schema['minLength'], 'character')}", schema["minLength"])
     for key, words, unit in (("maxLength", "at most", "character"), ("minItems", "at least", "item"),
                              ("maxItems", "at most", "item")):
@@ -445,11 +443,9 @@ SOURCE_HEADER = (
 )
 
 STUB_HEADER = (
-    "# tools: call each function with keywords, tools.read(path=...), or with its Args object,\n"
-    "# tools.read(tools.ReadArgs(path=...)). It returns the class shown; attributes, not keys.\n"
-    "# A nested class may be given as a dict. A veto raises tools.ToolVetoed, a failure\n"
-    "# tools.ToolFailed (both tools.ToolError, with .reason). Tools without an output schema\n"
-    "# return tools.Result(output, error, output_file).\n"
+    "# tools: call a function with keywords (or its Args object: tools.read(tools.ReadArgs(path=...)));\n"
+    "# a nested class may be a dict. A veto raises tools.ToolVetoed, a failure tools.ToolFailed (both\n"
+    "# tools.ToolError, with .reason); a tool without an output schema returns tools.Result(output, error, output_file).\n"
 )
 
 

@@ -18,6 +18,8 @@ import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import attrs
+
 from ..protocol import SCRIPT_FILENAME
 
 if TYPE_CHECKING:
@@ -200,6 +202,7 @@ class _Checker:
         self.parallel_aliases: set[str] = set()
         self.parallel_names: dict[str, str] = {}
         self.bound: set[str] = set()  # every name the script binds anywhere
+        self.scopes: dict[ast.AST, _Scope] = {}
         self.functions: set[str] = set()  # names of the functions it defines
 
     def add(self, line: int, text: str) -> None:
@@ -213,18 +216,35 @@ class _Checker:
         calls: list[ast.Call] = []
         attributes: list[ast.Attribute] = []
         subscripts: list[ast.Subscript] = []
-        for node in ast.walk(self.tree):
+        scopes = self.scopes
+        # one walk, each node with the function (or lambda, or the module) whose scope it is in
+        stack: list[tuple[ast.AST, ast.AST]] = [(child, self.tree) for child in self.tree.body]
+        while stack:
+            node, scope = stack.pop()
             kind = type(node)
+            inner = node if kind in _SCOPES else scope
+            for child in ast.iter_child_nodes(node):
+                stack.append((child, inner))
             if kind is ast.Name:
                 assert isinstance(node, ast.Name)
                 if node.id in FORBIDDEN_NAMES:
                     self.add(node.lineno, f"{node.id!r} is not allowed")
+                info = scopes.get(scope) or scopes.setdefault(scope, _Scope())
                 if not isinstance(node.ctx, ast.Load):
                     self.bound.add(node.id)
+                    info.stores[node.id] = info.stores.get(node.id, 0) + 1
                 elif node.id in PROVIDED_MODULES:
                     uses.append(node)
                 else:
                     loads.append(node)
+                    info.loads.append(node)
+            elif kind is ast.Assign:
+                assert isinstance(node, ast.Assign)
+                if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call):
+                    (scopes.get(scope) or scopes.setdefault(scope, _Scope())).assigns.append(node)
+            elif kind in (ast.Yield, ast.YieldFrom):
+                info = scopes.get(scope) or scopes.setdefault(scope, _Scope())
+                info.yields = info.yields or node  # type: ignore[assignment]
             elif kind is ast.Attribute:
                 assert isinstance(node, ast.Attribute)
                 if node.attr.startswith("__") and node.attr.endswith("__"):
@@ -261,6 +281,9 @@ class _Checker:
                             annotations.append(arg.annotation)
                 if node.returns is not None:
                     annotations.append(node.returns)
+                info = scopes.get(node) or scopes.setdefault(node, _Scope())
+                for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                    info.stores[arg.arg] = info.stores.get(arg.arg, 0) + 1
                 if kind is ast.AsyncFunctionDef and not (node.name == "run" and node in self.tree.body):
                     self.add(node.lineno, f"async def {node.name}: a script runs no event loop; tool calls are "
                                           "plain calls that block (fan out with parallel.map(items, fn))")
@@ -272,15 +295,18 @@ class _Checker:
                 self.bound.add(node.name)  # type: ignore[attr-defined]
             elif kind in (ast.Global, ast.Nonlocal):
                 self.bound.update(node.names)  # type: ignore[attr-defined]
+                (scopes.get(scope) or scopes.setdefault(scope, _Scope())).skip.update(node.names)  # type: ignore[attr-defined]
             elif kind in (ast.MatchAs, ast.MatchStar) and node.name:  # type: ignore[attr-defined]
                 self.bound.add(node.name)  # type: ignore[attr-defined]
             elif kind is ast.MatchMapping and node.rest:  # type: ignore[attr-defined]
                 self.bound.add(node.rest)  # type: ignore[attr-defined]
             elif kind is ast.Lambda:
                 a = node.args  # type: ignore[attr-defined]
+                info = scopes.get(node) or scopes.setdefault(node, _Scope())
                 for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
                     if arg is not None:
                         self.bound.add(arg.arg)
+                        info.stores[arg.arg] = info.stores.get(arg.arg, 0) + 1
         self.check_run()
         for name in uses:
             if name.id not in self.bound:
@@ -360,11 +386,10 @@ class _Checker:
             positional = a.posonlyargs + a.args
             if len(positional) != 1 or a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
                 self.add(fn.lineno, "run must take exactly one parameter: `def run(ctx):`")
-            for node in _own_nodes(fn):
-                if isinstance(node, (ast.Yield, ast.YieldFrom)):
-                    self.add(node.lineno, "run must return its result, not yield it (collect the values in a "
-                                          "list and return the list)")
-                    break
+            info = self.scopes.get(fn)
+            if info is not None and info.yields is not None:
+                self.add(info.yields.lineno, "run must return its result, not yield it (collect the values in a "
+                                             "list and return the list)")
 
     # -- tools and parallel -------------------------------------------------------------------
 
@@ -548,41 +573,31 @@ class _Checker:
         """The uses of names that hold a tool's result: in each function (and the module), a name
         assigned once, from a direct call `name = tools.read(...)`."""
         out: dict[ast.Name, FunctionApi] = {}
-        scopes: list[ast.AST] = [self.tree] + [n for n in ast.walk(self.tree)
-                                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
-        for scope in scopes:
-            stores: dict[str, int] = {}
-            results: dict[str, FunctionApi] = {}
-            loads: list[ast.Name] = []
-            skip: set[str] = set()
-            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                for arg in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs):
-                    stores[arg.arg] = stores.get(arg.arg, 0) + 1
-            for node in _own_nodes(scope):
-                if isinstance(node, ast.Name):
-                    if isinstance(node.ctx, ast.Load):
-                        loads.append(node)
-                    else:
-                        stores[node.id] = stores.get(node.id, 0) + 1
-                elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                    skip.update(node.names)
-                elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    fn = self.result_of(node.value)
-                    if fn is not None:
-                        results[node.targets[0].id] = fn
-            for name in loads:
+        for info in self.scopes.values():
+            results = {}
+            for assign in info.assigns:
+                fn = self.result_of(assign.value)
+                target = assign.targets[0]
+                if fn is not None and isinstance(target, ast.Name):
+                    results[target.id] = fn
+            if not results:
+                continue
+            for name in info.loads:
                 fn = results.get(name.id)
-                if fn is not None and stores.get(name.id) == 1 and name.id not in skip:
+                if fn is not None and info.stores.get(name.id) == 1 and name.id not in info.skip:
                     out[name] = fn
         return out
 
 
-def _own_nodes(scope: ast.AST) -> Iterable[ast.AST]:
-    """The nodes of a function's (or the module's) own body, not those of functions, lambdas
-    or classes defined in it."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
+@attrs.define
+class _Scope:
+    """What the check keeps of one function's (or lambda's, or the module's) own body."""
+
+    stores: dict[str, int] = attrs.Factory(dict)  # how often each name is bound in it
+    loads: list[ast.Name] = attrs.Factory(list)
+    assigns: list[ast.Assign] = attrs.Factory(list)  # `name = <call>`
+    skip: set[str] = attrs.Factory(set)  # names declared global or nonlocal
+    yields: ast.expr | None = None  # its first yield
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
