@@ -60,7 +60,7 @@ def _flat_meta() -> Any:
     if _FLAT_META is None:
         try:
             import jsonschema
-            import jsonschema_specifications
+            import jsonschema_specifications  # type: ignore[import-untyped]
 
             registry = jsonschema_specifications.REGISTRY
             base = "https://json-schema.org/draft/2020-12/"

@@ -174,7 +174,8 @@ def check_and_compile(
     try:
         code = compile(tree, SCRIPT_FILENAME, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        problems.append((exc.lineno or 1, f"syntax error: {exc.msg}"))
+        hint = "; tool calls are plain calls that block: drop the `await`" if "'await' outside" in exc.msg else ""
+        problems.append((exc.lineno or 1, f"syntax error: {exc.msg}{hint}"))
     except (RecursionError, MemoryError):
         problems.append((1, "the script is too deeply nested to compile"))
     if problems or code is None:
@@ -378,7 +379,10 @@ class _Checker:
     def check_run(self) -> None:
         runs = [n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run"]
         if not runs:
-            self.add(1, "the script must define a top-level function `def run(ctx):`")
+            others = [n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            found = f" (it defines {', '.join(f'`{n}`' for n in others)}: the one to call must be `run`)" \
+                if others else ""
+            self.add(1, f"the script must define a top-level function `def run(ctx):`{found}")
         for fn in runs:
             if isinstance(fn, ast.AsyncFunctionDef):
                 self.add(fn.lineno, "run must be a plain `def`, not `async def`")
