@@ -360,4 +360,4 @@ def run(ctx):
 def test_the_same_nexus_still_runs_an_ordinary_script_after_the_attacks(rng: Range) -> None:
     result = rng.run("import tools\n\ndef run(ctx):\n    return tools.echo(text='still here').output\n")
     assert result.output_structured == {"result": "still here"}
-    assert json.loads(result.output) == {"result": "still here"}
+    assert result.output == "still here"  # the text a model reads (issue 14.8)

@@ -1,4 +1,5 @@
-"""The `nexus.tool.code_exec` plugin: the `run_code` tool.
+"""The `nexus.tool.code_exec` plugin: the `run_code` tool (and, past `max_listed_tools`, its
+companion `run_code_api`).
 
 The model writes one Python script with `def run(ctx)`; it calls many tools through typed
 bindings (`tools`), fans out with `parallel`, and runs in a child process whose every tool call
@@ -44,6 +45,13 @@ def config_schema() -> dict[str, Any]:
                                "description": "inner tool calls one script may make"},
             "max_result_bytes": {"type": "integer", "minimum": 1, "default": 1048576,
                                  "description": "cap on the JSON of run's return value"},
+            "max_text_bytes": {"type": "integer", "minimum": 256, "default": 65536,
+                               "description": "cap on the text a model reads in run_code's output (printed "
+                                              "text and result together, ~16k tokens); longer text keeps its "
+                                              "head and tail; output_structured keeps all"},
+            "max_listed_tools": {"type": "integer", "minimum": 0, "default": 30,
+                                 "description": "above this many tools run_code's description lists their groups, "
+                                                "and run_code_api gives the functions of the tools asked for"},
             "persist_scripts": {"type": "boolean", "default": True},
             "reject_threads": {"type": "boolean", "default": True},
             "allowed_packages": {"type": "array", "items": {"type": "string"},
@@ -84,7 +92,7 @@ class CodeExecPlugin:
         from .host.engine import CodeExec  # here, not at import: `nexus --help` imports this module
 
         self.engine = CodeExec(self.nexus, self.config, plugin_id=PLUGIN_ID)
-        register(self.engine.tooldef())
+        self.engine.tooldefs(register)
 
     # run_code's description lists the other tools and the active skills: keep it current
     @hookimpl
@@ -95,7 +103,7 @@ class CodeExecPlugin:
     @hookimpl
     def nexus_tool_unregister(self, tool: ToolDef) -> None:
         if self.engine is not None:
-            self.engine.tools_changed(tool)
+            self.engine.tools_changed(tool, gone=True)
 
     @hookimpl
     def nexus_skill_loaded(self) -> None:

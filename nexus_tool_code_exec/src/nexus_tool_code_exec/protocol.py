@@ -41,6 +41,7 @@ RESULT: Final = "result"  # the answer to a call
 # child -> host
 CALL: Final = "call"  # call a tool
 OUT: Final = "out"  # output the script wrote
+WHERE: Final = "where"  # near its deadline: the script's line that is running now
 DONE: Final = "done"  # the end: the script's result
 ERROR: Final = "error"  # the end: what went wrong
 # zygote -> host
@@ -125,6 +126,8 @@ class OutMessage(TypedDict):
     s: Literal["stdout", "stderr"]
     d: str
     truncated: NotRequired[bool]  # on the message where max_output_bytes cut the output
+    held: NotRequired[bool]  # on the message that filled the head: the rest is held for the tail
+    dropped: NotRequired[int]  # on the first message of the tail: the bytes dropped before it
 
 
 class DoneMessage(TypedDict):
@@ -138,6 +141,12 @@ class ErrorMessage(TypedDict):
     kind: str  # one of the kinds above
     message: str
     traceback: NotRequired[str]
+    line: NotRequired[int]  # the script's line that was running (a memory error)
+
+
+class WhereMessage(TypedDict):
+    t: Literal["where"]
+    line: int  # the script's line running when the child's timer fired (near the deadline)
 
 
 class ReadyMessage(TypedDict):

@@ -30,6 +30,7 @@ import attrs
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
 from .. import protocol
+from ..child.errors import where_text
 from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath
@@ -98,6 +99,9 @@ class Outcome:
     duration: float = 0.0
     #: why the run's record (its session folder) could not be written, when it could not
     record_error: str | None = None
+    #: for a timeout or a memory error: the script's line that was running (`at line 4: while
+    #: True:`), which the text a model reads adds to `error`
+    where: str | None = None
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -190,6 +194,8 @@ class ScriptRun:
         self.max_in_flight = CALLS_IN_FLIGHT_PER_WORKER * max(1, settings.max_workers)
         self.max_output = settings.max_output_bytes + OUTPUT_SLACK_BYTES
         self.max_out_messages = settings.max_output_bytes + OUTPUT_SLACK_MESSAGES
+        self.where_line: int | None = None  # the line the child last said was running
+        self._script = ""
         # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -205,6 +211,7 @@ class ScriptRun:
         successor: a child of a new zygote from `launcher`, which runs the script from the
         start. Nothing was lost: a script acts only through messages, and it sent none."""
         began = time.monotonic()
+        self._script = start.get("script") or ""
         ending = self._serve(seat, start, meanwhile)
         if ending.lost:
             try:
@@ -373,9 +380,14 @@ class ScriptRun:
                 kind = msg.get("t")
                 if kind == protocol.OUT:
                     self._count_output(msg.get("d"))
+                    dropped = msg.get("dropped")
+                    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0:
+                        self.streamer.mark(dropped)  # the tail follows
                     self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
                     if msg.get("truncated") is True:
                         self.streamer.truncated = True
+                    elif msg.get("held") is True:
+                        self.streamer.held = True
                 elif kind == protocol.CALL:
                     if hand_off:
                         pipe.first_call = (msg, lines.size)
@@ -383,6 +395,10 @@ class ScriptRun:
                     self._dispatch_call(msg, lines.size)
                 elif kind in (protocol.DONE, protocol.ERROR):
                     return msg, None
+                elif kind == protocol.WHERE:
+                    line = msg.get("line")
+                    if isinstance(line, int) and not isinstance(line, bool):
+                        self.where_line = line
                 else:
                     return None, f"an unknown message type {kind!r}"
             except (ProtocolError, protocol.FramingError) as exc:
@@ -535,6 +551,7 @@ class ScriptRun:
             outcome.error = self._exceeded
         elif ending.timed_out:
             outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
+            outcome.where = where_text(self.where_line, self._script)
         elif ending.violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None:
@@ -553,6 +570,9 @@ class ScriptRun:
                     outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
         else:
             outcome.error = self._error_message(final)
+            line = final.get("line")
+            if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
+                outcome.where = where_text(line, self._script)
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome

@@ -20,15 +20,37 @@ from .. import protocol
 
 class Streamer:
     """Output chunks for `nexus_code_exec_stdout`: at each newline, when 512 bytes are pending,
-    and a final chunk. Also keeps the capped transcript for the result."""
+    and a final chunk. Also keeps the capped transcript for the result: the head the child sent
+    as it went, and, when it held some back, the line saying how much was dropped, then its tail."""
 
     def __init__(self, emit: Callable[[CodeExecChunk], None], call_id: str, cap: int) -> None:
         self._emit = emit
         self._call_id = call_id
         self._budget = cap
         self.truncated = False
+        #: the child's head is full: what follows comes as its tail, at the end (or not at all)
+        self.held = False
         self.parts: list[str] = []
         self._pending: dict[str, str] = {"stdout": "", "stderr": ""}
+
+    def mark(self, dropped: int | None) -> None:
+        """Where output was dropped between the head and the tail (`dropped` bytes; None: the
+        tail never came), a line saying so, in the transcript and the stream."""
+        if dropped is not None:
+            self.held = False
+        if dropped == 0:
+            return
+        self.truncated = True
+        text = (f"[... {dropped} bytes dropped ...]" if dropped is not None
+                else "[... the rest of the output is lost: the script did not finish ...]")
+        last = self.parts[-1] if self.parts else ""
+        line = ("" if not last or last.endswith("\n") else "\n") + text + "\n"
+        self.parts.append(line)
+        for stream in ("stderr", "stdout"):
+            if self._pending[stream]:
+                self._send(stream, self._pending[stream])
+                self._pending[stream] = ""
+        self._send("stdout", line)
 
     def feed(self, stream: str, data: str) -> None:
         if stream not in self._pending or not isinstance(data, str):
@@ -58,6 +80,8 @@ class Streamer:
 
     def finish(self) -> None:
         """The rest of stderr, then the final chunk: the rest of stdout (maybe empty)."""
+        if self.held:
+            self.mark(None)
         if self._pending["stderr"]:
             self._send("stderr", self._pending["stderr"])
         self._send("stdout", self._pending["stdout"], final=True)
