@@ -88,15 +88,13 @@ def compile_schema(schema: dict[str, Any]) -> Validator:
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    if cls is jsonschema.Draft202012Validator:
-        flat = _flat_meta()
-        if flat and flat.is_valid(schema):
-            return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    flat = _flat_meta() if cls is jsonschema.Draft202012Validator else None
+    if not (flat and flat.is_valid(schema)):
         # invalid, or not known to be valid: the metaschema itself says why (or that it is fine)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        raise SchemaError(exc.message, exc.absolute_path) from exc
+        try:
+            cls.check_schema(schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            raise SchemaError(exc.message, exc.absolute_path) from exc
     _check_patterns(schema)
     return _linear(cls)(schema, format_checker=cls.FORMAT_CHECKER)
 
