@@ -35,7 +35,6 @@ Message = dict[str, Any]
 # -- message types ------------------------------------------------------------------------------
 
 # host -> child
-WAKE: Final = "wake"  # your script is coming: compile it, and poll for the start (a lone run)
 START: Final = "start"  # run this script
 RESULT: Final = "result"  # the answer to a call
 # child -> host
@@ -85,12 +84,6 @@ class CallResult(TypedDict, total=False):
     output_structured: Any
 
 
-class WakeMessage(TypedDict):
-    t: Literal["wake"]
-    spin: int  # microseconds to poll for the start before sleeping again
-    script: str
-
-
 class StartMessage(TypedDict):
     t: Literal["start"]
     call_id: str
@@ -102,14 +95,14 @@ class StartMessage(TypedDict):
     max_result_bytes: int
     timeout: float
     bindings: NotRequired[str]  # the `tools` source, left out for a child that has it compiled
-    code: NotRequired[CompiledCode]  # left out for a child that compiled the source itself
-    spin: NotRequired[bool]  # the child runs on CPUs of its own: it may poll for answers
+    code: NotRequired[CompiledCode]  # the script as the host compiled it (absent: compile the source)
 
 
 class ResultMessage(TypedDict):
     t: Literal["result"]
     id: Any  # the call's id, as the child sent it
     result: CallResult
+    spin: NotRequired[bool]  # the child runs on CPUs of its own now: it may poll for the answers that follow
 
 
 class CallMessage(TypedDict):
@@ -151,6 +144,7 @@ class SpareMessage(TypedDict):
     scratch: str
     key: str  # the bindings it has compiled ("" for none)
     idle: bool  # it runs under SCHED_IDLE until the host lifts that
+    replaces: int | None  # the spare whose run ended, for which this one was forked
 
 
 class ForkedMessage(TypedDict):
@@ -251,14 +245,15 @@ def send_with_fds(sock: socket.socket, msg: Any, fds: list[int] | None = None) -
         sock.sendall(data)
 
 
-def fd_receiver(sock: socket.socket, passed: list[list[int]]) -> Callable[[], bytes]:
+def fd_receiver(sock: socket.socket, passed: list[list[int]], flags: int = 0) -> Callable[[], bytes]:
     """A read function for a `LineReader` on `sock` that keeps the fds passed with the bytes, a
     list per recvmsg, in `passed` in order of arrival. Each message that carries fds was sent
-    with one sendmsg, so the n-th such message read owns the n-th list."""
+    with one sendmsg, so the n-th such message read owns the n-th list. `flags` go to recvmsg
+    (MSG_DONTWAIT: raise BlockingIOError rather than wait)."""
 
     def read() -> bytes:
         fds = array.array("i")
-        data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize))
+        data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize), flags)
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])

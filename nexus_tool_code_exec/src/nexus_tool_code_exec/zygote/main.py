@@ -21,6 +21,12 @@ only takes CPU time nobody else wants (the zygote is started in the host's sessi
 scheduler autogroup, where a policy counts against the host's own threads); the host lifts
 SCHED_IDLE off the spare it gives a script. A run that finds no spare waits for one being forked,
 or, when none is (more runs at the same time than spares), asks for a FORK.
+
+What a fork costs is mostly what the zygote's memory costs: its page tables are copied, and
+every page a child then writes to is copied too (docs/performance.md has the figures). So the
+zygote imports only what children use, collects and freezes its heap before it forks, and does
+between forks as little as it can: a scratch folder whose script left it untouched is used again
+(`ScratchFolders`) rather than removed and made anew.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ from __future__ import annotations
 import gc
 import os
 import select
+import shutil
 import signal
 import socket
-import tempfile
 from typing import Any
 
 from .. import protocol
@@ -57,6 +63,7 @@ def _preimport(allowed: list[str]) -> int | None:
         net_fd = sandbox.make_shared_netns()
     except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
         pass
+    runtime.warm_up()
     gc.collect()
     gc.freeze()  # children then do not touch (and copy) the zygote's objects when they collect
     return net_fd
@@ -79,6 +86,70 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, 1 << 20)
 
 
+class ScratchFolders:
+    """The children's scratch folders, below `root`: a folder whose script left it as it was
+    given (empty, no extended attributes, not written to) is reset, renamed and kept for a later
+    child; any other is removed. Making and removing a folder are the dearest file-system
+    operations a run would otherwise do (an inode made and one freed each time; on ext4 without
+    a journal a new inode is searched for past every one freed in the last half minute).
+
+    What a script can leave in its folder, and how none of it reaches the next: entries (the
+    folder must be empty), extended attributes (none), its mode and owner (set back to 0700 and
+    the zygote's; each child takes it over for its own uid), its times (an unchanged mtime means
+    nothing was created in it, and a script that sets the time back still leaves its file, so
+    both are checked; atime and mtime are set back to the folder's first ones), its name (a new
+    one: no path a script saw names a folder another script gets)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._free: list[str] = []
+        self._first: dict[str, tuple[int, int]] = {}  # every folder of ours -> its first atime, mtime
+
+    def _name(self) -> str:
+        return f"{self.root}/run-{os.urandom(6).hex()}"  # as unguessable as mkdtemp's
+
+    def take(self) -> str:
+        """A folder for a child about to be forked: one given back, or a new one."""
+        while self._free:
+            path = self._free.pop()
+            try:
+                if next(iter(os.scandir(path)), None) is None:  # still empty (only root can write there now)
+                    return path
+            except OSError:
+                pass
+            self._first.pop(path, None)
+            shutil.rmtree(path, ignore_errors=True)
+        path = self._name()
+        os.mkdir(path, 0o700)
+        st = os.stat(path)
+        self._first[path] = (st.st_atime_ns, st.st_mtime_ns)
+        return path
+
+    def give_back(self, path: str) -> None:
+        """The child that had `path` is gone (reaped: nothing of it can still write there): its
+        folder, as good as new and under a new name, is kept for another; or removed, if its
+        script left anything in it."""
+        first = self._first.pop(path, None)
+        if first is None:
+            return
+        try:
+            st = os.lstat(path)
+            if (st.st_mtime_ns == first[1] and st.st_nlink == 2 and not os.listxattr(path)
+                    and next(iter(os.scandir(path)), None) is None):
+                if st.st_uid != os.geteuid():  # the uid layer gave it to the child's uid
+                    os.chown(path, os.geteuid(), os.getegid())
+                os.chmod(path, 0o700)
+                os.utime(path, ns=first)
+                fresh = self._name()
+                os.rename(path, fresh)
+                self._first[fresh] = first
+                self._free.append(fresh)
+                return
+        except OSError:
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Spare:
     """A child just forked: it isolates itself, then waits on its pipe for a script."""
 
@@ -98,8 +169,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: set[int] = set()
+    layers = bool(policy.get("layers"))
+    children: dict[int, str] = {}  # pid -> its scratch folder, until reaped
     preloaded: dict[str, Any] = {}
+    folders = ScratchFolders(scratch_root)
 
     def send(msg: Any, fds: list[int] | None = None) -> None:
         protocol.send_with_fds(ctrl, msg, fds)
@@ -112,24 +185,26 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                 return
             if pid == 0:
                 return
-            children.discard(pid)
+            scratch = children.pop(pid, None)
+            if scratch is not None:
+                folders.give_back(scratch)
             send({"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
-                  "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
+                  "cpu": round(usage.ru_utime + usage.ru_stime, 6)})
 
     def fork_child() -> _Spare:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
         then waits for its script. The zygote keeps only the host's ends of the pipes."""
-        scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
+        scratch = folders.take()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
-            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
-                              preloaded)
+            if not layers:  # (entering the sandbox closes every fd but those it keeps)
+                _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
+            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd}, preloaded)
         os.close(to_child_r)
         os.close(from_child_w)
-        children.add(pid)
+        children[pid] = scratch
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
     key = ""  # of the bindings preloaded (spares forked since have them compiled)
@@ -140,9 +215,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     # the watchdog asks for must not wait for an idle CPU).
     idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
 
-    def push_spare() -> None:
-        """Fork the next spare and hand its pipe ends to the host, which keeps them until a
-        script needs a child (the zygote keeps nothing of it but its pid)."""
+    def push_spare(replaces: int | None = None) -> None:
+        """Fork the next spare (in place of spare `replaces`, whose run is over) and hand its pipe
+        ends to the host, which keeps them until a script needs a child (the zygote keeps nothing
+        of it but its pid)."""
         if idle:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             try:
@@ -153,8 +229,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             child = fork_child()
         spares.append(child.pid)
         del spares[:-spare_count]  # older ones (of older bindings) the host drops
-        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
-             [child.host_read, child.host_write])
+        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle,
+              "replaces": replaces}, [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
@@ -172,7 +248,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             reap()
             for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
                 spares.remove(pid)
-                push_spare()
+                push_spare(pid)
         if ctrl not in readable:
             continue
         try:
@@ -213,7 +289,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                             pass
                 if pid in spares:  # its run is over: the next spare now
                     spares.remove(pid)
-                    push_spare()
+                    push_spare(pid)
     for pid in list(children):
         try:
             os.killpg(pid, signal.SIGKILL)
