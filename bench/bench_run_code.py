@@ -1,6 +1,8 @@
-"""run_code against its peers, side by side in one run: what a script costs to start, what each
-inner tool call costs, and how a 32 x 50 ms fan-out fares; plus run_code under 20 concurrent
-callers, its memory across many runs, and the sandbox layers that were active.
+"""run_code against its peers, side by side in one run: what a script costs to start (wall time
+and the CPU time of every process involved, back to back and spaced as an agent's runs are),
+what each inner tool call costs, how a 32 x 50 ms fan-out fares, and the memory of the processes
+each keeps; plus run_code under 20 concurrent callers, its memory across many runs, what its
+host uses at rest, and the sandbox layers that were active.
 
     .venv/bin/python bench/bench_run_code.py [--quick] [--wait-idle 300] [--peers run_code,monty]
 
@@ -15,6 +17,15 @@ Peers (installed by the root pyproject's `bench` extra: `.venv/bin/pip install -
   session per script; tools are external functions the script calls.
 - subprocess: a fresh `python -I bench/peers/subproc_child.py` per script (start and exit included);
   each tool call is a JSON line to this process, which answers it.
+
+CPU time is counted for every process a peer uses, from the kernel's own accounting: this
+process (getrusage: every thread, the in-process peers' work and the hosts' side of the others),
+the processes it started and reaped (RUSAGE_CHILDREN), and every live descendant with what it
+reaped in turn (/proc/<pid>/stat: utime, stime, cutime, cstime, in clock ticks: counted over
+hundreds of runs, the tick is a few microseconds a run). For run_code that is the host, the
+zygote, its spares and every child; for monty, its worker processes; for the fresh subprocess,
+the interpreter it starts. Memory is PSS (/proc/<pid>/smaps_rollup: a page shared by n
+processes counts 1/n in each), so a zygote and its forks are not counted n times over.
 
 Scenarios: a trivial script (`return 1`); 100 sequential calls of a no-op tool; 32 calls of a tool
 that sleeps 50 ms, at most 8 at once (run_code: `parallel.map`; monty: `asyncio.gather` in the
@@ -37,6 +48,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,11 +68,14 @@ CHILD = HERE / "peers" / "subproc_child.py"
 RESULTS = HERE / "results" / "run_code-latest.json"
 
 FANOUT_N, FANOUT_SLEEP, FANOUT_WORKERS = 32, 0.05, 8
+#: the pause between runs "spaced as an agent's runs are": the model takes at least this long to
+#: answer, long enough for every CPU to have gone idle (and for its caches to have cooled)
+SPACED = 0.2
 NCALLS = 100
 NOOP_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
 
 # What each scenario must return, whatever the peer.
-EXPECTED = {"trivial": 1, "calls": NCALLS, "fanout": sum(range(FANOUT_N))}
+EXPECTED = {"trivial": 1, "calls": NCALLS, "fanout": sum(range(FANOUT_N)), "hold": 1}
 
 
 # -- the tools, as plain Python --------------------------------------------------------------
@@ -75,6 +90,16 @@ def sleep50(x: int = 0) -> int:
     return x
 
 
+#: `hold` keeps a script waiting in a tool call until the memory measurement has looked
+HELD, RELEASE = threading.Event(), threading.Event()
+
+
+def hold(x: int = 0) -> int:
+    HELD.set()
+    RELEASE.wait(30)
+    return x
+
+
 # -- the peers -------------------------------------------------------------------------------
 
 
@@ -82,6 +107,10 @@ class Peer:
     name = ""
     isolation = ""
     fanout_how = ""
+
+    def __init__(self) -> None:
+        #: the processes it keeps (found as the children this process gained while it was set up)
+        self.roots: list[int] = []
 
     def setup(self) -> None: ...
 
@@ -111,6 +140,7 @@ class RunCode(Peer):
             "def run(ctx):\n"
             f"    return sum(parallel.map(range({FANOUT_N}), lambda i: int(tools.sleep50(x=i).output)))\n"
         ),
+        "hold": "import tools\n\ndef run(ctx):\n    return int(tools.hold(x=1).output)\n",
     }
 
     def setup(self) -> None:
@@ -133,6 +163,7 @@ class RunCode(Peer):
         self.nx = Nexus.from_config(config, plugins=[NoopGate()])
         self.nx.add_tool(native_tool("noop", "does nothing", NOOP_SCHEMA, lambda a: noop(**a)))
         self.nx.add_tool(native_tool("sleep50", "sleeps 50 ms, returns x", NOOP_SCHEMA, lambda a: str(sleep50(**a))))
+        self.nx.add_tool(native_tool("hold", "waits to be let go, returns x", NOOP_SCHEMA, lambda a: str(hold(**a))))
         self.run("trivial")  # starts the zygote
 
     def invoke(self, script: str) -> Any:
@@ -170,6 +201,7 @@ class Smolagents(Peer):
             "run()"
         ),
         "fanout": f"def run():\n    return sum(parallel_map(sleep50, range({FANOUT_N})))\nrun()",
+        "hold": "def run():\n    return hold(x=1)\nrun()",
     }
 
     def setup(self) -> None:
@@ -181,7 +213,7 @@ class Smolagents(Peer):
         def parallel_map(fn: Callable[[Any], Any], items: Any) -> list[Any]:
             return list(self.pool.map(fn, list(items)))
 
-        self.functions = {"noop": noop, "sleep50": sleep50, "parallel_map": parallel_map}
+        self.functions = {"noop": noop, "sleep50": sleep50, "hold": hold, "parallel_map": parallel_map}
 
     def run(self, scenario: str) -> Any:
         executor = self.cls([], additional_functions=self.functions)  # fresh state per script
@@ -206,6 +238,7 @@ class Monty(Peer):
             f"    return sum(await asyncio.gather(*[sleep50(x=i) for i in range({FANOUT_N})]))\n\n"
             "await run()"
         ),
+        "hold": Smolagents.SCRIPTS["hold"],
     }
 
     def setup(self) -> None:
@@ -235,7 +268,7 @@ class Monty(Peer):
         if scenario == "fanout":
             return self.loop.run_until_complete(self._fanout())
         with self.pool.checkout() as session:
-            return session.feed_run(self.SCRIPTS[scenario], external_lookup={"noop": noop})
+            return session.feed_run(self.SCRIPTS[scenario], external_lookup={"noop": noop, "hold": hold})
 
     async def _aexit(self) -> None:
         await self.apool.__aexit__(None, None, None)
@@ -261,8 +294,9 @@ class Subprocess(Peer):
             "    return n\n"
         ),
         "fanout": f"def run():\n    return sum(parallel_map(range({FANOUT_N}), lambda i: int(tools.sleep50(x=i))))\n",
+        "hold": "def run():\n    return int(tools.hold(x=1))\n",
     }
-    TOOLS: ClassVar[dict[str, Callable[..., Any]]] = {"noop": noop, "sleep50": sleep50}
+    TOOLS: ClassVar[dict[str, Callable[..., Any]]] = {"noop": noop, "sleep50": sleep50, "hold": hold}
 
     def run(self, scenario: str) -> Any:
         proc = subprocess.Popen([sys.executable, "-I", str(CHILD)], stdin=subprocess.PIPE,
@@ -356,6 +390,166 @@ def rss_kib(pid: int | str = "self") -> int | None:
     return None
 
 
+# -- what the processes of a peer cost: CPU time, memory --------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields from field 3 (state) on, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes `pid` started (every thread's), zombies included."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def tree(roots: list[int]) -> list[int]:
+    """`roots` and all their descendants that are there now."""
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        if _stat(pid) is not None:
+            out.append(pid)
+            todo += children_of(pid)
+    return out
+
+
+def tree_ticks(pids: list[int]) -> int:
+    """CPU ticks used by these processes and by every child they reaped (utime + stime + cutime
+    + cstime). Over a tree of live processes, each tick is counted once: a child's time moves
+    into its parent's cutime only when the parent reaps it."""
+    total = 0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields is not None:
+            total += sum(int(fields[i - 3]) for i in (14, 15, 16, 17))
+    return total
+
+
+def cpu_seconds(peers: list[Peer], last: bool) -> dict[str, float]:
+    """CPU seconds so far: this process (every thread), the processes it reaped, each peer's
+    processes with what they reaped, and any other child. This process's own figure is read
+    last (`last`, at the start of a measurement) or first (at its end), so that the reading of
+    /proc is left out of it."""
+    me = resource.getrusage(resource.RUSAGE_SELF) if not last else None
+    kept = {pid for p in peers for pid in p.roots}
+    out = {f"peer:{p.name}": tree_ticks(tree(p.roots)) / TICK for p in peers}
+    out["others"] = tree_ticks(tree([pid for pid in children_of(os.getpid()) if pid not in kept])) / TICK
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["reaped"] = reaped.ru_utime + reaped.ru_stime
+    me = me or resource.getrusage(resource.RUSAGE_SELF)
+    out["host"] = me.ru_utime + me.ru_stime
+    return out
+
+
+def cost(peer: Peer, peers: list[Peer], scenario: str, runs: int, pause: float) -> dict[str, Any]:
+    """`runs` runs of `scenario` by `peer` alone, `pause` seconds apart (0: back to back): the
+    wall time of each, and the CPU time per run of this process (the host's side, or all of an
+    in-process peer) and of the peer's other processes (kept, or started for a run)."""
+    walls = []
+    before = cpu_seconds(peers, last=True)
+    for _ in range(runs):
+        if pause:
+            time.sleep(pause)
+        t0 = time.perf_counter()
+        value = peer.run(scenario)
+        walls.append(time.perf_counter() - t0)
+        if value != EXPECTED[scenario]:
+            raise RuntimeError(f"{peer.name} {scenario}: got {value!r}, expected {EXPECTED[scenario]!r}")
+    after = cpu_seconds(peers, last=False)
+    host = (after["host"] - before["host"]) / runs * 1e3
+    helpers = (after["reaped"] - before["reaped"] + after["others"] - before["others"]
+               + after[f"peer:{peer.name}"] - before[f"peer:{peer.name}"]) / runs * 1e3
+    return {"runs": runs, "pause_s": pause, "wall": summary(walls),
+            "cpu_ms_per_run": {"host": host, "helpers": helpers, "total": host + helpers}}
+
+
+def pss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def memory_in_flight(peer: Peer, peers: list[Peer]) -> dict[str, Any]:
+    """PSS of the peer's processes while one of its scripts waits in a tool call: for run_code,
+    the zygote, its spares and the script's child. The processes another peer keeps are left
+    out; a process started for the run (the fresh subprocess) is counted."""
+    HELD.clear()
+    RELEASE.clear()
+    box: list[Any] = []
+    runner = threading.Thread(target=lambda: box.append(peer.run("hold")))
+    runner.start()
+    try:
+        if not HELD.wait(30):
+            raise RuntimeError(f"{peer.name}: the script never reached its tool call")
+        claimed = {pid for p in peers if p is not peer for pid in tree(p.roots)}
+        mine = [pid for pid in tree(children_of(os.getpid())) if pid not in claimed]
+        sizes = {pid: pss_kib(pid) for pid in mine}
+    finally:
+        RELEASE.set()
+        runner.join(30)
+    if box != [EXPECTED["hold"]]:
+        raise RuntimeError(f"{peer.name} hold: got {box!r}")
+    return {"processes": len(sizes), "pss_kib": sum(v or 0 for v in sizes.values()),
+            "each_kib": sorted((v or 0 for v in sizes.values()), reverse=True), "host_pss_kib": pss_kib(os.getpid())}
+
+
+def thread_ticks() -> dict[str, int]:
+    """CPU ticks of each thread of this process, by thread name (ids for threads Python did not start)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                raw = f.read()
+            fields = raw[raw.rindex(b")") + 2:].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), f"tid {tid}")
+        out[name] = out.get(name, 0) + int(fields[14 - 3]) + int(fields[15 - 3])
+    return out
+
+
+def at_rest(peers: list[Peer], seconds: float) -> dict[str, Any]:
+    """What this process's threads and each peer's processes use while nothing runs: CPU
+    ticks over `seconds`, after a second to settle. A thread or process that polls shows here."""
+    time.sleep(1.0)
+    threads0 = thread_ticks()
+    procs0 = {p.name: tree_ticks(tree(p.roots)) for p in peers}
+    time.sleep(seconds)
+    threads1 = thread_ticks()
+    procs1 = {p.name: tree_ticks(tree(p.roots)) for p in peers}
+    busy_threads = {name: t - threads0.get(name, 0) for name, t in threads1.items() if t - threads0.get(name, 0)}
+    return {"seconds": seconds, "tick_ms": 1000 / TICK,
+            "threads": sorted(f"{name}" for name in threads1),
+            "busy_thread_ticks": busy_threads,
+            "process_ticks": {name: procs1[name] - procs0[name] for name in procs1},
+            "processes": {p.name: len(tree(p.roots)) for p in peers}}
+
+
 MEMORY_SCRIPT = (
     "import tools\n\n"
     "def run(ctx):\n"
@@ -383,24 +577,6 @@ def memory_growth(rc: RunCode, checkpoints: list[int]) -> dict[str, Any]:
         rows.append({"note": f"the zygote was restarted (pid {zygote_pid} -> {launcher.pid})"})
     return {"script": MEMORY_SCRIPT, "zygote_pid": zygote_pid, "rows": rows,
             "seconds": time.perf_counter() - t0}
-
-
-def spare_waiting(rc: RunCode, runs: int, pause: float = 0.05) -> dict[str, Any]:
-    """The trivial script alone, `pause` seconds apart: each run finds a child forked and
-    isolated ahead, and the machine otherwise idle (issue 6's "aim lower" case). Also the share
-    under 1 ms."""
-    times = []
-    for _ in range(runs):
-        time.sleep(pause)
-        t0 = time.perf_counter()
-        value = rc.run("trivial")
-        times.append((time.perf_counter() - t0) * 1e3)
-        if value != EXPECTED["trivial"]:
-            raise RuntimeError(f"run_code returned {value!r}")
-    times.sort()
-    return {"runs": runs, "pause_s": pause, "p10_ms": times[len(times) // 10], "p50_ms": statistics.median(times),
-            "p90_ms": times[len(times) * 9 // 10], "under_1ms": sum(t < 1.0 for t in times) / len(times),
-            "samples_ms": times}
 
 
 def concurrency(rc: RunCode, n: int = 20) -> dict[str, Any]:
@@ -490,9 +666,15 @@ def main() -> int:
     if opts.quick:
         reps = {"trivial": (40, 5), "calls": (10, 2), "fanout": (3, 1)}
         checkpoints = [0, 10, 50, 100]
+        alone = {"back to back": ("trivial", 100, 0.0), "spaced": ("trivial", 20, SPACED),
+                 "calls, back to back": ("calls", 10, 0.0)}
+        rest = 3.0
     else:
         reps = {"trivial": (200, 20), "calls": (50, 5), "fanout": (10, 2)}
         checkpoints = [0, 100, 500, 1000]
+        alone = {"back to back": ("trivial", 500, 0.0), "spaced": ("trivial", 100, SPACED),
+                 "calls, back to back": ("calls", 50, 0.0)}
+        rest = 10.0
 
     load_before = os.getloadavg()[0]
     if opts.wait_idle:
@@ -505,8 +687,10 @@ def main() -> int:
     unavailable: dict[str, str] = {}
     for name in opts.peers.split(","):
         peer = PEERS[name.strip()]()
+        had = set(children_of(os.getpid()))
         try:
             peer.setup()
+            peer.roots = [pid for pid in children_of(os.getpid()) if pid not in had]
         except Exception as exc:  # noqa: BLE001 - a missing peer is reported, not fatal
             unavailable[peer.name] = f"{type(exc).__name__}: {exc}"
             print(f"  {peer.name}: unavailable ({unavailable[peer.name]})")
@@ -536,9 +720,16 @@ def main() -> int:
         for scenario, (n, warmup) in reps.items():
             scenarios[scenario] = measure(peers, scenario, n, warmup)
 
-        extra: dict[str, Any] = {}
+        # each peer alone: back to back, spaced as an agent's runs are, and its 100-call script
+        costs: dict[str, dict[str, Any]] = {}
+        for label, (scenario, n, pause) in alone.items():
+            costs[label] = {}
+            for peer in peers:
+                peer.run(scenario)  # warm after the other peers' turns
+                costs[label][peer.name] = cost(peer, peers, scenario, n, pause)
+        memory = {peer.name: memory_in_flight(peer, peers) for peer in peers}
+        extra: dict[str, Any] = {"alone": costs, "memory_in_flight": memory, "at_rest": at_rest(peers, rest)}
         if rc is not None:
-            extra["spare_waiting"] = spare_waiting(rc, 40 if opts.quick else 200)
             extra["concurrency"] = concurrency(rc)
             extra["memory"] = memory_growth(rc, checkpoints)
     finally:
@@ -566,10 +757,21 @@ def main() -> int:
     print()
     print("per inner call ((p50 of 100 calls - p50 trivial) / 100): "
           + ", ".join(f"{name} {us:.1f} us" for name, us in per_call.items()))
+    print()
+    print(f"{'each peer alone':22}{'peer':12}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/run':>12}{'host':>8}{'others':>8}")
+    for label, by_peer in extra["alone"].items():
+        for name, c in by_peer.items():
+            cpu = c["cpu_ms_per_run"]
+            print(f"{label:22}{name:12}{c['wall']['p50_ms']:>9.3f}{c['wall']['p99_ms']:>9.3f}{cpu['total']:>12.3f}"
+                  f"{cpu['host']:>8.3f}{cpu['helpers']:>8.3f}")
+    print()
+    for name, m in extra["memory_in_flight"].items():
+        print(f"{name}: {m['processes']} processes besides this one, {m['pss_kib'] / 1024:.1f} MiB PSS "
+              f"({', '.join(f'{k / 1024:.1f}' for k in m['each_kib'])}) while a script waits in a tool call")
+    r = extra["at_rest"]
+    print(f"at rest for {r['seconds']:.0f} s: threads that used CPU {r['busy_thread_ticks'] or 'none'}; "
+          f"ticks of each peer's processes {r['process_ticks']} (a tick is {r['tick_ms']:.0f} ms)")
     if rc is not None:
-        w = extra["spare_waiting"]
-        print(f"trivial run_code alone, a spare waiting ({w['pause_s'] * 1e3:.0f} ms apart): p10 {w['p10_ms']:.3f}, "
-              f"p50 {w['p50_ms']:.3f}, p90 {w['p90_ms']:.3f} ms; {w['under_1ms']:.0%} under 1 ms")
         c = extra["concurrency"]
         print(f"20 concurrent run_code calls: {c['correct']}/{c['threads']} correct in {c['wall_ms']:.0f} ms"
               + (f"; errors: {c['errors']}" if c["errors"] else ""))
