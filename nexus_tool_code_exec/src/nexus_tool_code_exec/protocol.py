@@ -19,6 +19,7 @@ import array
 import base64
 import importlib.util
 import json
+import json.scanner
 import marshal
 import os
 import select
@@ -247,7 +248,10 @@ encode = encoder()
 
 def write_all(fd: int, data: bytes) -> None:
     """All of `data` to `fd`, however many writes that takes (raises OSError as os.write does)."""
-    view = memoryview(data)
+    done = os.write(fd, data)
+    if done == len(data):
+        return
+    view = memoryview(data)[done:]
     while view:
         view = view[os.write(fd, view):]
 
@@ -280,6 +284,19 @@ def fd_receiver(sock: socket.socket, passed: list[list[int]], flags: int = 0) ->
 
 
 # -- receiving ----------------------------------------------------------------------------------
+
+
+_scan = getattr(json.scanner, "c_make_scanner", json.scanner.py_make_scanner)(json.JSONDecoder())
+
+
+def _parse(line: bytes | bytearray) -> Any:
+    """One JSON value from a whole line, as json.loads reads it, without json.loads's detours
+    for bytes (its encoding detection and wrappers cost as much as the parsing)."""
+    text = line.decode("utf-8", "surrogatepass").strip(" \t\n\r")
+    value, end = _scan(text, 0)
+    if end != len(text):
+        raise ValueError("more after the value")
+    return value
 
 
 class FramingError(Exception):
@@ -323,8 +340,8 @@ class LineReader:
         self._start = self._scanned = nl + 1
         self.size = len(line)
         try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):  # nesting deep enough to exhaust the parser
+            msg = _parse(line)
+        except (ValueError, RecursionError, StopIteration):  # deep nesting exhausts the parser
             raise FramingError("a line that is not JSON") from None
         if not isinstance(msg, dict):
             raise FramingError("a message that is not an object")
