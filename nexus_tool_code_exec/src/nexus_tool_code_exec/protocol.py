@@ -286,7 +286,8 @@ def fd_receiver(sock: socket.socket, passed: list[list[int]], flags: int = 0) ->
 # -- receiving ----------------------------------------------------------------------------------
 
 
-_scan = getattr(json.scanner, "c_make_scanner", json.scanner.py_make_scanner)(json.JSONDecoder())
+#: the scanner json.loads uses underneath (the C one where there is one)
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def _parse(line: bytes | bytearray) -> Any:

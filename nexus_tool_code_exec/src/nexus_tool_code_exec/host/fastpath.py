@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .. import protocol
 from ..protocol import PipeReader, SpinPermits
 
 if TYPE_CHECKING:

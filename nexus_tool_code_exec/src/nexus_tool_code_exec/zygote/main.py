@@ -31,12 +31,15 @@ between forks as little as it can: a scratch folder whose script left it untouch
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import select
 import shutil
 import signal
 import socket
+import stat
+import struct
 from typing import Any
 
 from .. import protocol
@@ -86,24 +89,29 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, 1 << 20)
 
 
-class ScratchFolders:
-    """The children's scratch folders, below `root`: a folder whose script left it as it was
-    given (empty, no extended attributes, not written to) is reset, renamed and kept for a later
-    child; any other is removed. Making and removing a folder are the dearest file-system
-    operations a run would otherwise do (an inode made and one freed each time; on ext4 without
-    a journal a new inode is searched for past every one freed in the last half minute).
+#: ioctl(FS_IOC_GETFLAGS): a file's inode flags (chattr), _IOR('f', 1, long) on 64-bit Linux
+_FS_IOC_GETFLAGS = 0x80086601
 
-    What a script can leave in its folder, and how none of it reaches the next: entries (the
-    folder must be empty), extended attributes (none), its mode and owner (set back to 0700 and
-    the zygote's; each child takes it over for its own uid), its times (an unchanged mtime means
-    nothing was created in it, and a script that sets the time back still leaves its file, so
-    both are checked; atime and mtime are set back to the folder's first ones), its name (a new
-    one: no path a script saw names a folder another script gets)."""
+
+class ScratchFolders:
+    """The children's scratch folders, below `root`. A folder whose script left it exactly as it
+    was given is reset, renamed and kept for a later child of this zygote (so of the same Nexus);
+    any other is removed. Making and removing a folder are the dearest file-system operations of
+    a run (an inode made and one freed; on ext4 without a journal each new inode is searched for
+    past every one freed in the last half minute).
+
+    "Exactly as it was given": empty; mode 0700; one link per parent (no subfolder); size, mtime
+    and inode flags (chattr) as when it was made; no extended attribute. Anything else a script
+    changed, it changed on purpose, and that folder goes. What is reset on one that stays: its
+    owner (the uid layer gave it to the child's uid) and its access time; and its name, so that
+    no path a script saw names a folder another script gets. A later script can tell nothing of
+    it but its change time, which the reset sets."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self._free: list[str] = []
-        self._first: dict[str, tuple[int, int]] = {}  # every folder of ours -> its first atime, mtime
+        #: every folder of ours -> (atime, mtime, size, flags) as first made
+        self._first: dict[str, tuple[int, int, int, int]] = {}
 
     def _name(self) -> str:
         return f"{self.root}/run-{os.urandom(6).hex()}"  # as unguessable as mkdtemp's
@@ -121,33 +129,50 @@ class ScratchFolders:
             shutil.rmtree(path, ignore_errors=True)
         path = self._name()
         os.mkdir(path, 0o700)
-        st = os.stat(path)
-        self._first[path] = (st.st_atime_ns, st.st_mtime_ns)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            self._first[path] = (st.st_atime_ns, st.st_mtime_ns, st.st_size, _flags(fd))
+        finally:
+            os.close(fd)
         return path
 
     def give_back(self, path: str) -> None:
-        """The child that had `path` is gone (reaped: nothing of it can still write there): its
-        folder, as good as new and under a new name, is kept for another; or removed, if its
-        script left anything in it."""
+        """The child that had `path` is gone (reaped: nothing of it can still write there)."""
         first = self._first.pop(path, None)
         if first is None:
             return
         try:
-            st = os.lstat(path)
-            if (st.st_mtime_ns == first[1] and st.st_nlink == 2 and not os.listxattr(path)
-                    and next(iter(os.scandir(path)), None) is None):
-                if st.st_uid != os.geteuid():  # the uid layer gave it to the child's uid
-                    os.chown(path, os.geteuid(), os.getegid())
-                os.chmod(path, 0o700)
-                os.utime(path, ns=first)
-                fresh = self._name()
-                os.rename(path, fresh)
-                self._first[fresh] = first
-                self._free.append(fresh)
-                return
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            pass
+            fd = -1
+        if fd >= 0:
+            try:
+                st = os.fstat(fd)
+                if (stat.S_IMODE(st.st_mode) == 0o700 and st.st_nlink == 2 and st.st_size == first[2]
+                        and st.st_mtime_ns == first[1] and _flags(fd) == first[3] and not os.listxattr(fd)
+                        and next(iter(os.scandir(fd)), None) is None):
+                    if st.st_uid != os.geteuid() or st.st_gid != os.getegid():
+                        os.fchown(fd, os.geteuid(), os.getegid())
+                    os.utime(fd, ns=first[:2])
+                    fresh = self._name()
+                    os.rename(path, fresh)
+                    self._first[fresh] = first
+                    self._free.append(fresh)
+                    return
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _flags(fd: int) -> int:
+    """The inode flags of `fd` (-1 where the file system has none)."""
+    try:
+        return int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8)))[0])
+    except OSError:
+        return -1
 
 
 class _Spare:
