@@ -234,3 +234,10 @@ def test_schemas_strict_for_openai_and_a_clear_refusal_for_other_formats(nexus: 
     assert sorted(echo["parameters"]["required"]) == ["text", "times"]  # optional ones become nullable
     other = nexus("schemas", "--format", "gemini", "--strict")
     assert other.returncode == 2 and "no 'strict' option" in other.stderr
+
+
+@pytest.mark.parametrize("command", [["run"], ["mcp"], ["mcp", "serve"], ["chat"], ["ask"]])
+def test_the_installed_packages_commands_show_examples_too(command: list[str], run_nexus: RunNexus) -> None:
+    proc = run_nexus(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Example" in proc.stdout and f"nexus {' '.join(command)}" in proc.stdout, proc.stdout

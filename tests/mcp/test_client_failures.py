@@ -341,9 +341,8 @@ def test_a_config_error_in_a_file_names_the_line(tmp_path: Path, monkeypatch: py
         "        url: http://127.0.0.1:1/mcp\n"
         "        headers: {Authorization: 'Bearer ${NEXUS_TEST_UNSET_VAR}'}\n"
     )
-    nx = Nexus.from_config(str(config))
-    try:
-        [failure] = nx.failures
-        assert f"{config}:9: plugins.nexus.mcp.client.servers.docs.headers.Authorization" in failure.error
-    finally:
-        nx.close()
+    with pytest.raises(ConfigError) as info:
+        Nexus.from_config(str(config))
+    [problem] = info.value.problems
+    assert problem.startswith(f"{config}:9: plugins.nexus.mcp.client.servers.docs.headers.Authorization: "
+                              "environment variable NEXUS_TEST_UNSET_VAR is not set")

@@ -532,15 +532,25 @@ def _quiet_broken_pipe() -> None:
         pass
 
 
+def _asks_only_for_the_version(args: Sequence[str]) -> bool:
+    """`nexus [--config F] [--workspace D] --version`: no plugin's command is needed for that."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "--version":
+            return True
+        i += 2 if args[i] in ("--config", "--workspace") else 1
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ._config import ConfigError
 
     _log_errors_to_stderr()
-    group = build_cli()
+    args = list(argv) if argv is not None else sys.argv[1:]
+    group = cli if _asks_only_for_the_version(args) else build_cli()
     try:
         try:
-            result = group.main(args=list(argv) if argv is not None else None, prog_name="nexus",
-                                standalone_mode=False)
+            result = group.main(args=args, prog_name="nexus", standalone_mode=False)
         except click.exceptions.Exit as exc:  # --help, --version
             return int(exc.exit_code)
         except click.ClickException as exc:

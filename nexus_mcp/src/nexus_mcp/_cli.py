@@ -22,7 +22,13 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return match.group("v6") or match.group("host"), port
 
 
-@click.group("mcp")
+@click.group("mcp", epilog="""\b
+Examples:
+  nexus mcp serve                  this Nexus's tools to an MCP client over stdio
+  nexus mcp serve --help           the HTTP and stateless options
+
+\b
+MCP servers' tools as Nexus tools: the nexus.mcp.client plugin's config (docs/mcp.md).""")
 def mcp_group() -> None:
     """MCP (Model Context Protocol): serve this Nexus's tools to MCP clients."""
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._models import ToolResult
-from .._native import native_tool
-from .._results import failure
 from ..hookspecs import hookimpl
-from ..skills import SkillError, UnknownSkillError, format_skill, skill_set
 
 if TYPE_CHECKING:
+    from .._models import ToolResult
     from .._nexus import Nexus
 
 NEXUS_PLUGIN_ID = "nexus.skills"
@@ -30,6 +27,8 @@ SKILL_SCHEMA: dict[str, Any] = {
 
 
 def _description(nexus: Nexus) -> str:
+    from ..skills import skill_set
+
     skills = skill_set(nexus).all()
     text = ("Load a skill: specialised instructions (and the files that go with them) for a kind "
             "of task. Call it with the skill's name when a task matches a skill's description, "
@@ -42,6 +41,11 @@ def _description(nexus: Nexus) -> str:
 
 def make_skill_tool(nexus: Nexus) -> Any:
     """The `skill` tool of one Nexus (each Nexus has its own skills)."""
+    # imported here, not at import: the `nexus` command line imports every plugin's module first
+    from .._models import ToolResult
+    from .._native import native_tool
+    from .._results import failure
+    from ..skills import SkillError, UnknownSkillError, format_skill, skill_set
 
     def run(arguments: dict[str, Any]) -> ToolResult:
         name = arguments["name"]

@@ -1,0 +1,80 @@
+"""The file tools of one Nexus: the handlers bound to its workspace and settings, and what
+`nexus doctor` says about them. Imported when a Nexus registers the tools (the plugin's top
+module stays light, for the `nexus` command line's start-up)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from nexus_core import Nexus, ToolDef, ToolResult, failure
+
+from . import PLUGIN_ID, _beneath, _files, _patch, _patterns, _search
+from ._paths import FileToolError, Workspace
+from ._settings import Settings
+
+Handler = Callable[[Workspace, Settings, dict[str, Any]], ToolResult]
+
+#: (name, handler, description, input schema, output schema, writes files)
+TOOLS: list[tuple[str, Handler, str, dict[str, Any], dict[str, Any], bool]] = [
+    ("read", _files.read, _files.READ_DESCRIPTION, _files.READ_INPUT, _files.READ_OUTPUT, False),
+    ("write", _files.write, _files.WRITE_DESCRIPTION, _files.WRITE_INPUT, _files.WRITE_OUTPUT, True),
+    ("edit", _files.edit, _files.EDIT_DESCRIPTION, _files.EDIT_INPUT, _files.EDIT_OUTPUT, True),
+    ("list", _files.list_folder, _files.LIST_DESCRIPTION, _files.LIST_INPUT, _files.LIST_OUTPUT, False),
+    ("glob", _search.glob, _search.GLOB_DESCRIPTION, _search.GLOB_INPUT, _search.GLOB_OUTPUT, False),
+    ("grep", _search.grep, _search.GREP_DESCRIPTION, _search.GREP_INPUT, _search.GREP_OUTPUT, False),
+    ("apply_patch", _patch.apply_patch, _patch.PATCH_DESCRIPTION, _patch.PATCH_INPUT, _patch.PATCH_OUTPUT, True),
+]
+
+
+def bind(handler: Handler, workspace: Workspace, settings: Settings) -> Callable[[dict[str, Any]], ToolResult]:
+    """The handler for one Nexus: its workspace and settings bound in, and expected failures
+    (a refused path, a missing file, a hunk that does not apply, a disk error) returned as
+    `failure(message)` for the model to read, rather than raised."""
+    work = functools.partial(handler, workspace, settings)
+
+    @functools.wraps(handler)
+    def run(arguments: dict[str, Any]) -> ToolResult:
+        try:
+            return work(arguments)
+        except FileToolError as exc:
+            return failure(str(exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            return failure(f"{where}{exc.strerror or exc}")
+
+    return run
+
+
+def doctor_lines(nexus: Nexus) -> list[str]:
+    """How paths are opened and patterns matched here, and where the session folder lies."""
+    settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
+    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
+    session = nexus.config.session_dir
+    inside = os.path.realpath(session) == str(workspace.root) or Path(os.path.realpath(session)).is_relative_to(
+        workspace.root)
+    return [
+        f"opening paths: beneath the workspace, {_beneath.method()}",
+        f"patterns: RE2 (google-re2 {version('google-re2')}), linear-time; regex at most "
+        f"{_patterns.MAX_REGEX_CHARS} chars, glob at most {_patterns.MAX_GLOB_CHARS} chars, braces "
+        f"{_patterns.MAX_BRACE_DEPTH} deep and {_patterns.MAX_BRACE_CHOICES} choices; glob and grep stop after "
+        f"max_search_seconds={settings.max_search_seconds:g}",
+        f"session folder: {session} " + ("(inside the workspace: every path in it is refused)" if inside
+                                         else "(outside the workspace)"),
+    ]
+
+
+def register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
+    settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
+    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
+    for name, handler, description, input_schema, output_schema, writes in TOOLS:
+        if writes and settings.read_only:
+            continue  # removed, not refused: the model is never offered a tool it may not use
+        # MCP's tool hints, for hosts that show or gate on them: writers may overwrite files.
+        hints = {"readOnlyHint": not writes, **({"destructiveHint": True} if writes else {})}
+        register(ToolDef(name=name, handler=bind(handler, workspace, settings), description=description,
+                         input_schema=input_schema, output_schema=output_schema, annotations=hints))
