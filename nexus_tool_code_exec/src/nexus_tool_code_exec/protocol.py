@@ -47,7 +47,7 @@ ERROR: Final = "error"  # the end: what went wrong
 READY: Final = "ready"  # up and running
 SPARE: Final = "spare"  # a child forked ahead (its pipe ends passed with the message)
 FORKED: Final = "forked"  # the child a FORK asked for (its pipe ends passed with the message)
-EXIT: Final = "exit"  # a child ended
+EXIT: Final = "exit"  # a child the host had killed ended
 # host -> zygote
 FORK: Final = "fork"  # a child now (no spare at hand)
 KILL: Final = "kill"  # kill that child's process group

@@ -44,6 +44,14 @@ class ZygoteError(Exception):
     """The zygote could not be started or stopped answering."""
 
 
+def _hung_up(pipe_end: int) -> bool:
+    """Whether the other end of the pipe `pipe_end` reads is closed: the child that held it is
+    gone (or closed it, which a child waiting for its script does not do)."""
+    poller = select.poll()
+    poller.register(pipe_end, select.POLLIN)
+    return any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0))
+
+
 def _pidfd_of(pid: int, pipe_end: int) -> int | None:
     """A pidfd of our child `pid`, or None. A pid names our child only while the zygote has not
     reaped it: after opening, the child's end of its pipe still being open (no POLLHUP on ours)
@@ -54,9 +62,7 @@ def _pidfd_of(pid: int, pipe_end: int) -> int | None:
         fd = os.pidfd_open(pid)
     except OSError:
         return None
-    poller = select.poll()
-    poller.register(pipe_end, select.POLLIN)
-    if any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0)):
+    if _hung_up(pipe_end):
         os.close(fd)
         return None
     return fd
@@ -166,25 +172,30 @@ class _Zygote:
     def take_spare(self) -> ZygoteChild | None:
         """A spare for a run: one held, or the one being forked (waited for up to SPARE_WAIT);
         None where none is coming (more runs at once than spares)."""
-        key = self.preloaded_key
-        if not self.wait_for(lambda: bool(self.spares.held()) or not self.spares.coming, SPARE_WAIT):
+        while True:
+            key = self.preloaded_key
+            if not self.wait_for(lambda: bool(self.spares.held()) or not self.spares.coming, SPARE_WAIT):
+                with self._cond:
+                    self.spares.coming.clear()  # it did not come: do not wait for it again
             with self._cond:
-                self.spares.coming.clear()  # it did not come: do not wait for it again
-        with self._cond:
-            spare = self.spares.take(key)
-            if spare is None:
-                return None
-            self._watched[spare.pid] = None
-        if spare.idle:  # a script waits for it now: no longer only the CPU nobody wants
-            try:
-                os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
-        child = ZygoteChild(spare.pid, spare.host_read, spare.host_write, scratch=spare.scratch,
-                            bindings_key=spare.key, zygote=self, spare=True)
-        if self.seccomp:
-            child.pidfd = _pidfd_of(spare.pid, spare.host_read)
-        return child
+                spare = self.spares.take(key)
+                if spare is None:
+                    return None
+                self._watched[spare.pid] = None
+            if _hung_up(spare.host_read):  # it died waiting (the zygote reports only the exits it is asked for)
+                self.let_go(spare.pid, spare=True)
+                spare.drop()
+                continue
+            if spare.idle:  # a script waits for it now: no longer only the CPU nobody wants
+                try:
+                    os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:
+                    pass
+            child = ZygoteChild(spare.pid, spare.host_read, spare.host_write, scratch=spare.scratch,
+                                bindings_key=spare.key, zygote=self, spare=True)
+            if self.seccomp:
+                child.pidfd = _pidfd_of(spare.pid, spare.host_read)
+            return child
 
     def fork(self) -> ZygoteChild:
         """A child forked now (no spare at hand: more runs at once than spares)."""

@@ -45,6 +45,11 @@ from typing import Any
 from .. import protocol
 
 
+#: the exits of children the host has not asked about that the zygote keeps, for a KILL that
+#: comes after its child ended by itself (the host kills every child that did not finish)
+ENDED_KEPT = 256
+
+
 def _preimport(allowed: list[str]) -> int | None:
     """Import what every script needs and work out the sandbox's programs once, so a forked
     child starts warm. Returns the fd of a network namespace children share (root only)."""
@@ -196,6 +201,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     signal.signal(signal.SIGCHLD, lambda *_: None)
     layers = bool(policy.get("layers"))
     children: dict[int, str] = {}  # pid -> its scratch folder, until reaped
+    killed: set[int] = set()  # children the host had killed: it waits for their EXIT
+    ended: dict[int, Any] = {}  # the EXITs of the last children reaped that nobody asked for
     preloaded: dict[str, Any] = {}
     folders = ScratchFolders(scratch_root)
 
@@ -213,8 +220,15 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             scratch = children.pop(pid, None)
             if scratch is not None:
                 folders.give_back(scratch)
-            send({"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
-                  "cpu": round(usage.ru_utime + usage.ru_stime, 6)})
+            exit_msg = {"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
+                        "cpu": round(usage.ru_utime + usage.ru_stime, 6)}
+            if pid in killed:  # the host waits to know how it ended
+                killed.discard(pid)
+                send(exit_msg)
+            else:  # nobody has asked (yet: a KILL can come after a child ended by itself)
+                ended[pid] = exit_msg
+                if len(ended) > ENDED_KEPT:
+                    del ended[next(iter(ended))]
 
     def fork_child() -> _Spare:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
@@ -306,7 +320,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                     push_spare()
             elif kind == protocol.KILL:
                 pid = int(msg["pid"])
+                if pid in ended:  # it had ended already: how
+                    send(ended.pop(pid))
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
+                    killed.add(pid)
                     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
                         try:
                             target()
