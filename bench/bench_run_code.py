@@ -66,6 +66,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CHILD = HERE / "peers" / "subproc_child.py"
 RESULTS = HERE / "results" / "run_code-latest.json"
+#: where run_code's session folders go (--work): made and removed by each run of the bench
+WORK_DIR: str | None = None
 
 FANOUT_N, FANOUT_SLEEP, FANOUT_WORKERS = 32, 0.05, 8
 #: the pause between runs "spaced as an agent's runs are": the model takes at least this long to
@@ -151,7 +153,9 @@ class RunCode(Peer):
             def nexus_before_tool_invoke(self, call, tool):  # type: ignore[no-untyped-def]
                 return None
 
-        self.tmp = tempfile.mkdtemp(prefix="bench-run-code-")
+        # the session folders go where --work says (each run makes a folder and four files in it):
+        # not /tmp by default, which other jobs on a shared machine keep churning
+        self.tmp = tempfile.mkdtemp(prefix="bench-run-code-", dir=WORK_DIR)
         config = {
             "workspace": self.tmp,
             "session_dir": os.path.join(self.tmp, "sessions"),
@@ -432,15 +436,27 @@ def tree(roots: list[int]) -> list[int]:
     return out
 
 
-def tree_ticks(pids: list[int]) -> int:
-    """CPU ticks used by these processes and by every child they reaped (utime + stime + cutime
-    + cstime). Over a tree of live processes, each tick is counted once: a child's time moves
-    into its parent's cutime only when the parent reaps it."""
-    total = 0
+def tree_ticks(pids: list[int]) -> float:
+    """CPU time used by these processes and by every child they reaped, in clock ticks: each
+    process's own time to the nanosecond (/proc/<pid>/task/*/schedstat, the scheduler's sum of
+    its threads' time on a CPU), its reaped children's as the kernel keeps it (cutime + cstime,
+    whole ticks). Over a tree of live processes each moment is counted once: a child's time
+    moves into its parent's cutime only when the parent reaps it."""
+    total = 0.0
     for pid in pids:
         fields = _stat(pid)
-        if fields is not None:
-            total += sum(int(fields[i - 3]) for i in (14, 15, 16, 17))
+        if fields is None:
+            continue
+        total += int(fields[16 - 3]) + int(fields[17 - 3])
+        own = 0
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    own += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # no schedstat here: the ticks the kernel counted
+            own = 0
+        # threads that ended have left schedstat but not utime + stime (whole ticks)
+        total += max(own / 1e9 * TICK, int(fields[14 - 3]) + int(fields[15 - 3]))
     return total
 
 
@@ -643,6 +659,22 @@ def machine() -> dict[str, Any]:
     }
 
 
+def folder_cost(parent: str, n: int = 200) -> float:
+    """CPU microseconds this process spends making (and removing) a folder with four files in
+    `parent`: what each run's session folder costs the file system there."""
+    base = tempfile.mkdtemp(prefix="bench-fs-", dir=parent)
+    try:
+        t0 = time.thread_time()
+        for i in range(n):
+            folder = os.path.join(base, str(i))
+            os.mkdir(folder)
+            for name in ("script.py", "stdout.txt", "result.json", "calls.jsonl"):
+                os.close(os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        return (time.thread_time() - t0) / n * 1e6
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def wait_idle(limit: float, threshold: float = 0.5) -> float:
     """Wait up to `limit` seconds for the 1-minute load average to drop below `threshold`."""
     deadline = time.monotonic() + limit
@@ -661,7 +693,13 @@ def main() -> int:
     parser.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                         help="first wait up to this long for the 1-minute load to drop below 0.5")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--work", type=Path, default=HERE / ".work", metavar="DIR",
+                        help="where run_code's session folders go (default bench/.work; not /tmp, which "
+                             "other jobs may keep churning: on ext4 without a journal that slows every new file)")
     opts = parser.parse_args()
+    global WORK_DIR
+    opts.work.mkdir(parents=True, exist_ok=True)
+    WORK_DIR = str(opts.work)
 
     if opts.quick:
         reps = {"trivial": (40, 5), "calls": (10, 2), "fanout": (3, 1)}
@@ -680,8 +718,10 @@ def main() -> int:
     if opts.wait_idle:
         load_before = wait_idle(opts.wait_idle)
     info = machine()
+    info["folder_cost_us"] = {WORK_DIR: folder_cost(WORK_DIR), tempfile.gettempdir(): folder_cost(tempfile.gettempdir())}
     print(f"{info['cpu_model']}, nproc {info['nproc']}, Linux {info['kernel']}, Python {info['python']}, "
           f"{info['date']}; 1-min load {load_before:.2f}")
+    print("a folder and four files cost " + ", ".join(f"{us:.0f} us of CPU in {d}" for d, us in info["folder_cost_us"].items()))
 
     peers: list[Peer] = []
     unavailable: dict[str, str] = {}
@@ -783,6 +823,7 @@ def main() -> int:
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "quick": opts.quick, "machine": info, "load_1min": {"before": load_before, "after": load_after},
+        "session_dir_parent": WORK_DIR,
         "peers": {p.name: {"isolation": p.isolation, "fanout": p.fanout_how} for p in peers},
         "unavailable": unavailable,
         "run_code": {"layers": layers, "layer_detail": layer_detail, "launcher": launcher_note},
