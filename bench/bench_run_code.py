@@ -67,7 +67,7 @@ ROOT = HERE.parent
 CHILD = HERE / "peers" / "subproc_child.py"
 RESULTS = HERE / "results" / "run_code-latest.json"
 #: where run_code's session folders go (--work): made and removed by each run of the bench
-WORK_DIR: str | None = None
+WORK_DIR = "/tmp"
 
 FANOUT_N, FANOUT_SLEEP, FANOUT_WORKERS = 32, 0.05, 8
 #: the pause between runs "spaced as an agent's runs are": the model takes at least this long to
@@ -693,9 +693,14 @@ def main() -> int:
     parser.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                         help="first wait up to this long for the 1-minute load to drop below 0.5")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--work", type=Path, default=HERE / ".work", metavar="DIR",
-                        help="where run_code's session folders go (default bench/.work; not /tmp, which "
-                             "other jobs may keep churning: on ext4 without a journal that slows every new file)")
+    parser.add_argument("--alone-only", action="store_true",
+                        help="only each peer alone (wall and CPU per run), its memory and its rest: "
+                             "what comparing two checkouts of run_code needs (run this file with each's python)")
+    parser.add_argument("--work", type=Path, metavar="DIR",
+                        default=Path("/dev/shm/nexus-bench") if Path("/dev/shm").is_dir() else HERE / ".work",
+                        help="where run_code's session folders go (default: a tmpfs, /dev/shm, so that what "
+                             "is measured is run_code and not the disk; what a folder costs on the disk is "
+                             "measured and reported beside it)")
     opts = parser.parse_args()
     global WORK_DIR
     opts.work.mkdir(parents=True, exist_ok=True)
@@ -718,7 +723,9 @@ def main() -> int:
     if opts.wait_idle:
         load_before = wait_idle(opts.wait_idle)
     info = machine()
-    info["folder_cost_us"] = {WORK_DIR: folder_cost(WORK_DIR), tempfile.gettempdir(): folder_cost(tempfile.gettempdir())}
+    disk = HERE / ".work"
+    disk.mkdir(exist_ok=True)
+    info["folder_cost_us"] = {d: folder_cost(d) for d in dict.fromkeys((WORK_DIR, str(disk), tempfile.gettempdir()))}
     print(f"{info['cpu_model']}, nproc {info['nproc']}, Linux {info['kernel']}, Python {info['python']}, "
           f"{info['date']}; 1-min load {load_before:.2f}")
     print("a folder and four files cost " + ", ".join(f"{us:.0f} us of CPU in {d}" for d, us in info["folder_cost_us"].items()))
@@ -758,7 +765,8 @@ def main() -> int:
               "fanout": f"{FANOUT_N} x {FANOUT_SLEEP * 1e3:.0f} ms fan-out, 8 at once"}
     try:
         for scenario, (n, warmup) in reps.items():
-            scenarios[scenario] = measure(peers, scenario, n, warmup)
+            if not opts.alone_only:
+                scenarios[scenario] = measure(peers, scenario, n, warmup)
 
         # each peer alone: back to back, spaced as an agent's runs are, and its 100-call script
         costs: dict[str, dict[str, Any]] = {}
@@ -769,7 +777,7 @@ def main() -> int:
                 costs[label][peer.name] = cost(peer, peers, scenario, n, pause)
         memory = {peer.name: memory_in_flight(peer, peers) for peer in peers}
         extra: dict[str, Any] = {"alone": costs, "memory_in_flight": memory, "at_rest": at_rest(peers, rest)}
-        if rc is not None:
+        if rc is not None and not opts.alone_only:
             extra["concurrency"] = concurrency(rc)
             extra["memory"] = memory_growth(rc, checkpoints)
     finally:
@@ -780,9 +788,14 @@ def main() -> int:
                 print(f"  closing {peer.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     load_after = os.getloadavg()[0]
 
-    # per inner call: what 100 calls add to the trivial script, at the median
+    # per inner call: what 100 calls add to the trivial script, at the median (interleaved with
+    # the other peers, and each peer alone, back to back)
     per_call = {name: (scenarios["calls"][name]["p50_ms"] - scenarios["trivial"][name]["p50_ms"]) / NCALLS * 1e3
-                for name in scenarios["trivial"]}
+                for name in scenarios.get("trivial", {})}
+    alone_runs = extra["alone"]
+    per_call_alone = {name: (alone_runs["calls, back to back"][name]["wall"]["p50_ms"]
+                             - alone_runs["back to back"][name]["wall"]["p50_ms"]) / NCALLS * 1e3
+                      for name in alone_runs["back to back"]}
 
     print()
     print(f"{'scenario':36}{'peer':12}{'p50 ms':>10}{'p99 ms':>10}{'run_code/peer p50':>19}{'p99':>8}")
@@ -797,6 +810,7 @@ def main() -> int:
     print()
     print("per inner call ((p50 of 100 calls - p50 trivial) / 100): "
           + ", ".join(f"{name} {us:.1f} us" for name, us in per_call.items()))
+    print("the same, each peer alone: " + ", ".join(f"{name} {us:.1f} us" for name, us in per_call_alone.items()))
     print()
     print(f"{'each peer alone':22}{'peer':12}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/run':>12}{'host':>8}{'others':>8}")
     for label, by_peer in extra["alone"].items():
@@ -811,7 +825,7 @@ def main() -> int:
     r = extra["at_rest"]
     print(f"at rest for {r['seconds']:.0f} s: threads that used CPU {r['busy_thread_ticks'] or 'none'}; "
           f"ticks of each peer's processes {r['process_ticks']} (a tick is {r['tick_ms']:.0f} ms)")
-    if rc is not None:
+    if rc is not None and "concurrency" in extra:
         c = extra["concurrency"]
         print(f"20 concurrent run_code calls: {c['correct']}/{c['threads']} correct in {c['wall_ms']:.0f} ms"
               + (f"; errors: {c['errors']}" if c["errors"] else ""))
@@ -828,7 +842,7 @@ def main() -> int:
         "unavailable": unavailable,
         "run_code": {"layers": layers, "layer_detail": layer_detail, "launcher": launcher_note},
         "scenarios": {s: {"label": labels[s], "results": r} for s, r in scenarios.items()},
-        "per_call_us": per_call,
+        "per_call_us": per_call, "per_call_alone_us": per_call_alone,
         **extra,
     }
     opts.out.parent.mkdir(parents=True, exist_ok=True)

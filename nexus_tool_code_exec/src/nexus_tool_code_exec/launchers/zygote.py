@@ -369,8 +369,6 @@ class _Zygote:
 class ZygoteLauncher(Launcher):
     """Forks run_code children from a warm zygote, started lazily and restarted if it dies."""
 
-    children_wait_ready = True
-
     def __init__(self, allowed_packages: list[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
         self.python = python or sys.executable
         self.allowed = list(allowed_packages)
