@@ -595,6 +595,25 @@ def memory_growth(rc: RunCode, checkpoints: list[int]) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0}
 
 
+TIMED_CALLS = (
+    "import time, tools\n\n"
+    "def run(ctx):\n"
+    "    tools.noop(x=0)\n"  # the first call hands the pipe to a reader thread: not in the loop
+    "    t0 = time.perf_counter()\n"
+    f"    for i in range({NCALLS}):\n"
+    "        tools.noop(x=i)\n"
+    f"    return (time.perf_counter() - t0) / {NCALLS} * 1e6\n"
+)
+
+
+def calls_inside(rc: RunCode, runs: int) -> dict[str, Any]:
+    """A call's round trip as the script sees it: 100 sequential calls timed inside the script
+    (after its first call), in microseconds each; the median over `runs` scripts."""
+    per_call = [float(rc.invoke(TIMED_CALLS)) for _ in range(runs)]
+    return {"runs": runs, "p50_us": statistics.median(per_call), "min_us": min(per_call),
+            "samples_us": [round(v, 2) for v in per_call]}
+
+
 def concurrency(rc: RunCode, n: int = 20) -> dict[str, Any]:
     """n threads each invoke run_code once at the same moment; every result must be its own."""
     barrier = threading.Barrier(n)
@@ -777,6 +796,8 @@ def main() -> int:
                 costs[label][peer.name] = cost(peer, peers, scenario, n, pause)
         memory = {peer.name: memory_in_flight(peer, peers) for peer in peers}
         extra: dict[str, Any] = {"alone": costs, "memory_in_flight": memory, "at_rest": at_rest(peers, rest)}
+        if rc is not None:
+            extra["calls_inside"] = calls_inside(rc, 10 if opts.quick else 50)
         if rc is not None and not opts.alone_only:
             extra["concurrency"] = concurrency(rc)
             extra["memory"] = memory_growth(rc, checkpoints)
@@ -811,6 +832,9 @@ def main() -> int:
     print("per inner call ((p50 of 100 calls - p50 trivial) / 100): "
           + ", ".join(f"{name} {us:.1f} us" for name, us in per_call.items()))
     print("the same, each peer alone: " + ", ".join(f"{name} {us:.1f} us" for name, us in per_call_alone.items()))
+    if "calls_inside" in extra:
+        print(f"run_code's calls timed inside the script: p50 {extra['calls_inside']['p50_us']:.1f} us each "
+              f"(best script {extra['calls_inside']['min_us']:.1f} us)")
     print()
     print(f"{'each peer alone':22}{'peer':12}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/run':>12}{'host':>8}{'others':>8}")
     for label, by_peer in extra["alone"].items():
