@@ -47,7 +47,7 @@ def test_the_pages_distribution_config_answers_with_nexus_ask(doc_workspace: Wor
     first = fake.requests_for("openai.chat")[0].body
     assert first["model"] == "gpt-4.1" and first["max_completion_tokens"] == 4096
     assert first["messages"][0]["content"].startswith("You are a careful assistant for this repository.")
-    assert fake.requests_for("openai.chat")[1].body["messages"][-1]["content"] == '{"result": 1}'
+    assert fake.requests_for("openai.chat")[1].body["messages"][-1]["content"] == "1"
 
 
 def test_the_pages_python_example_runs(doc_workspace: Workspace, fake: FakeProviders,

@@ -98,13 +98,14 @@ def test_a_two_turn_task_reads_a_file_through_run_code_and_answers(
     # the model saw run_code like any tool, and the skills prompt in the system prompt
     tools = {t["function"]["name"] if provider == "openai" else t["name"]: t for t in first["tools"]}
     run_code = tools["run_code"]["function"]["description"] if provider == "openai" else tools["run_code"]["description"]
-    assert "def run(ctx)" in run_code and "class ReadArgs" in run_code
+    assert "def run(ctx)" in run_code and "def read(" in run_code and "class ReadResult" in run_code
     system = first["messages"][0]["content"] if provider == "openai" else first["system"]
     assert "stocktake" in system and "Count what is in the inventory files." in system
     # the second request carries the script's result back
     [sent] = tool_results_sent(provider, second).values()
-    assert json.loads(sent)["result"] == {"inventory": "apples: 42\npears: 7\n"}
-    assert json.loads(sent)["stdout"] == "read 20 characters\n"
+    # what the script printed, as it is, then run's return value as JSON (issue 14.8)
+    printed, returned = sent.split("--- result ---\n")
+    assert printed == "read 20 characters\n" and json.loads(returned) == {"inventory": "apples: 42\npears: 7\n"}
 
     records = read_transcript(result.transcript or "")
     assert [r["type"] for r in records] == ["session", "message", "request", "response", "tool_result", "request",

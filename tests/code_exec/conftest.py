@@ -1,6 +1,6 @@
 """Fixtures shared by the run_code tests.
 
-- `no_leaks` and `secret`, for the tests that drive the sandbox in forked children directly
+- `no_leaks`, `secret` and `searchable_secret`, for the tests that drive the sandbox in forked children directly
   (test_sandbox_*.py use `no_leaks` on every test).
 - `rng` and `unharmed`, for the attacks through the front door (test_attacks_*.py): the shooting
   range of attack_helpers.py, one per module, and after every test the check that the host came
@@ -13,6 +13,8 @@ attack_helpers.py (the range, the payloads, the expected refusals).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +41,19 @@ def secret(tmp_path: Path) -> Path:
     path.write_text("hunter2")
     path.chmod(0o600)
     return path
+
+
+@pytest.fixture
+def searchable_secret() -> Iterator[Path]:
+    """A 0600 root file in a folder every user may search (not below pytest's 0700 folder): what
+    an unprivileged uid can still stat, but not read."""
+    folder = Path(tempfile.mkdtemp(prefix="nexus-secret-", dir="/tmp"))
+    folder.chmod(0o755)
+    path = folder / "secret.txt"
+    path.write_text("hunter2")
+    path.chmod(0o600)
+    yield path
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import textwrap
 import threading
 from pathlib import Path
@@ -163,4 +165,7 @@ def test_print_in_a_loop_past_max_output_bytes_is_truncated_and_the_host_is_fine
     body = result.output_structured
     assert body["stdout_truncated"] is True and body["result"] == "finished"
     assert len(body["stdout"].encode()) <= 4096 and body["stdout"].startswith("line 0 of a long, long listing\n")
-    assert_ok(run(nx, "def run(ctx):\n    print('next')\n    return 2\n", "call_next"), '{"stdout": "next\\n", "result": 2}')
+    # the head and the tail, and how much was dropped between them (issue 14.8)
+    assert body["stdout"].endswith("line 299999 of a long, long listing\n")
+    assert re.search(r"\n\[\.\.\. \d+ bytes dropped \.\.\.\]\n", body["stdout"])
+    assert_ok(run(nx, "def run(ctx):\n    print('next')\n    return 2\n", "call_next"), "next\n--- result ---\n2")

@@ -25,6 +25,8 @@ import pytest
 from attack_helpers import LIMIT, Range, wait_until
 from proc_helpers import rss_growth
 
+from nexus_tool_code_exec.host.runner import MAX_CALLS_PAST_LIMIT
+
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
               pytest.mark.usefixtures("unharmed")]
 
@@ -191,7 +193,8 @@ def run(ctx):
 def test_a_flood_of_calls_it_never_reads_the_answers_to_is_cut_at_the_timeout(rng: Range) -> None:
     """Thousands of calls, past max_tool_calls, without reading one answer: the host's writes
     back fill the pipe and block; the timeout still ends the run on time, and the host's writer
-    is freed when the process dies."""
+    is freed when the process dies. Where the pipe holds the answers to more than max_tool_calls
+    + MAX_CALLS_PAST_LIMIT calls, the host stops the run first (issue 11: refusals are bounded)."""
     script = REACH + """\
 def run(ctx):
     line = (json.dumps({"t": "call", "id": 1, "name": "no_such_tool", "args": {}}) + "\\n").encode()
@@ -201,7 +204,10 @@ def run(ctx):
         pass
 """
     result = rng.run(script)
-    assert result.error == f"script timed out after {LIMIT}s"  # and its process is gone: `unharmed`
+    assert result.error in (  # and its process is gone: `unharmed`
+        f"script timed out after {LIMIT}s",
+        f"tool call limit exceeded: the script went on calling after its limit of 1000 calls "
+        f"({MAX_CALLS_PAST_LIMIT} more were refused); it was stopped")
 
 
 def test_answers_it_never_reads_do_not_hold_the_host_past_the_timeout(rng: Range) -> None:
@@ -354,4 +360,4 @@ def run(ctx):
 def test_the_same_nexus_still_runs_an_ordinary_script_after_the_attacks(rng: Range) -> None:
     result = rng.run("import tools\n\ndef run(ctx):\n    return tools.echo(text='still here').output\n")
     assert result.output_structured == {"result": "still here"}
-    assert json.loads(result.output) == {"result": "still here"}
+    assert result.output == "still here"  # the text a model reads (issue 14.8)

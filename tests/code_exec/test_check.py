@@ -124,8 +124,11 @@ def test_syntax_error_names_its_line() -> None:
 
 
 def test_missing_run_is_rejected() -> None:
-    exc = rejected("def main(ctx):\n    return 1\n")
+    exc = rejected("x = 1\n")
     assert exc.problems == ["line 1: the script must define a top-level function `def run(ctx):`"]
+    exc = rejected("def main(ctx):\n    return 1\n")  # and says which function it found (issue 14.3)
+    assert exc.problems == ["line 1: the script must define a top-level function `def run(ctx):` "
+                            "(it defines `main`: the one to call must be `run`)"]
 
 
 def test_run_inside_a_class_does_not_count() -> None:

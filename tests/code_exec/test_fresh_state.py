@@ -40,6 +40,11 @@ def run(nx: Nexus, script: str) -> Any:
 LOOK = """\
 import builtins, json, os, random, resource, signal, sys, threading, time
 
+def _never_called():
+    global LEFT_GLOBAL  # (so that the name is the script's own: MESS sets it, the others look)
+    LEFT_GLOBAL = 0
+
+
 def _left_global():
     try:
         LEFT_GLOBAL
@@ -177,6 +182,8 @@ def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: Nex
         folder = run(nx, script)
         root = os.path.dirname(folder)
         assert wait_until(lambda f=folder: not os.path.exists(f)), what  # the zygote reaped its child
+        run(nx, CLEAN)  # (the host hears of the folders to remove when it next takes a child)
+        assert wait_until(lambda: not any(n.startswith("trash-") for n in os.listdir(root))), what
         for name in os.listdir(root):  # what the zygote keeps: nothing of the change
             st = os.stat(os.path.join(root, name))
             assert st.st_mode & 0o7777 == 0o700 and st.st_mtime > 0, (what, name)

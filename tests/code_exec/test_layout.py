@@ -24,7 +24,7 @@ ALLOWED = {
     "child": {"protocol", "child", "sandbox", "attrs", "cattrs", "_nexus_rt"},  # (child.runtime, by its name in the child)
     "zygote": {"protocol", "child", "sandbox", "zygote", "attrs", "cattrs"},
     "sandbox": {"protocol", "sandbox", "attrs"},
-    "launchers": {"protocol", "launchers", "host.fastpath", "attrs"},
+    "launchers": {"protocol", "launchers", "host.fastpath", "host.cleanup", "attrs"},
 }
 
 

@@ -93,6 +93,12 @@ def test_nexus_doctor_shows_every_sandbox_layer_active_here_and_what_a_run_costs
         assert f"layer {layer:<8} active:" in out, out
     assert "launcher: warm zygote" in out
     assert "a trivial run costs" in out
+    # issue 11's protections: no capability left, the new refusals, the host's budget, the records
+    assert "layer uid      active: uid/gid 2000000000+pid, no groups, no capabilities;" in out or os.geteuid() != 0, out
+    assert "inotify/fanotify and mount listings refused (EPERM), xattrs unsupported (EOPNOTSUPP)" in out, out
+    assert "host budget per run: " in out and "MiB of pending call messages" in out, out
+    assert "skill helpers: regular files of the skill's folder only (no symlinks)" in out, out
+    assert "folders 0700 and files 0600; calls.jsonl keeps every call's size and SHA-256" in out, out
 
 
 def test_nexus_doctor_exits_1_when_a_required_layer_is_missing(project: Path) -> None:

@@ -129,7 +129,8 @@ def test_echo_round_trip(nx: Nexus, gate: Recorder) -> None:
         """))
     expected = {"stdout": "echoed hello\n", "result": {"echo": "hello", "is_result": True}}
     assert result.output_structured == expected
-    assert json.loads(result.output) == expected
+    # what the model reads: the printed text as it is, then the result (issue 14.8)
+    assert result.output == 'echoed hello\n--- result ---\n{"echo": "hello", "is_result": true}'
     assert [c.arguments for c in gate.inner("echo")] == [{"text": "hello"}]
 
 
@@ -146,9 +147,9 @@ def test_an_args_object_and_keywords_make_the_same_call(nx: Nexus, gate: Recorde
 
 def test_empty_keys_are_left_out_of_the_result(nx: Nexus) -> None:
     result = assert_ok(run(nx, "def run(ctx):\n    return None\n"))
-    assert result.output_structured == {} and json.loads(result.output) == {}
+    assert result.output_structured == {} and result.output == "(the script printed nothing and returned None)"
     result = assert_ok(run(nx, "def run(ctx):\n    print('only output')\n"))
-    assert result.output_structured == {"stdout": "only output\n"}
+    assert result.output_structured == {"stdout": "only output\n"} and result.output == "only output\n"
     result = assert_ok(run(nx, "def run(ctx):\n    return [1, 'two', None, {'x': 1.5}]\n"))
     assert result.output_structured == {"result": [1, "two", None, {"x": 1.5}]}
 
@@ -350,16 +351,26 @@ def test_invalid_arguments_are_ToolFailed(nx: Nexus) -> None:
     assert result.error.startswith("runtime error: line 4: ToolFailed: echo: invalid arguments for echo")
 
 
-def test_an_unknown_keyword_is_a_TypeError_at_the_call(nx: Nexus, gate: Recorder) -> None:
+def test_an_unknown_keyword_is_rejected_before_the_run(nx: Nexus, gate: Recorder) -> None:
+    """Checked against the bindings before anything runs (issue 14.2); a keyword the check cannot
+    see (`**kwargs`) is a TypeError at the call, with the same words."""
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    tools.echo(txt='x')\n"))
-    assert result.error.startswith("runtime error: line 4: TypeError: tools.echo: ")
-    assert "txt" in result.error
+    assert result.error == ("script rejected: line 4: tools.echo() has no argument 'txt'; did you mean 'text'? "
+                            "It is echo(*, text: str) -> Result")
+    result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    kw = {'txt': 'x'}\n    tools.echo(**kw)\n"))
+    assert result.error == ("runtime error: line 5: TypeError: tools.echo() has no argument 'txt'; did you mean "
+                            "'text'? It is echo(*, text: str) -> Result")
     assert gate.inner("echo") == []
 
 
 def test_an_args_object_and_keywords_together_are_refused(nx: Nexus) -> None:
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    tools.echo(tools.EchoArgs(text='a'), text='b')\n"))
-    assert result.error == "runtime error: line 4: TypeError: tools.echo: pass an EchoArgs or keywords, not both"
+    assert result.error == ("script rejected: line 4: tools.echo() takes an EchoArgs or keywords, not both: "
+                            "it is echo(*, text: str) -> Result")
+    result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    echo = tools.echo\n"
+                                  "    echo(tools.EchoArgs(text='a'), text='b')\n"))
+    assert result.error == ("runtime error: line 5: TypeError: tools.echo() takes an EchoArgs or keywords, not "
+                            "both: it is echo(*, text: str) -> Result")
 
 
 # -- run_code cannot reach itself -----------------------------------------------------------
@@ -372,8 +383,10 @@ def test_run_code_is_not_among_the_tools_a_script_sees(nx: Nexus, gate: Recorder
     description = nx.tool("run_code").description
     assert "def echo(" in description and "def run_code(" not in description
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return tools.run_code(script='x')\n"))
+    assert result.error == "script rejected: line 4: no tool 'run_code' (the tools: echo)"
+    result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return getattr(tools, 'run_code')(script='x')\n"))
     assert result.error == "runtime error: line 4: AttributeError: module 'tools' has no attribute 'run_code'"
-    assert [c.name for c in gate.calls] == ["run_code"]  # only the outer call
+    assert [c.name for c in gate.calls] == ["run_code", "run_code"]  # only the outer calls
 
 
 # -- typed results --------------------------------------------------------------------------
@@ -458,11 +471,15 @@ def test_typed_results_of_the_real_file_tools(nexus_factory: NexusFactory, nexus
 # -- the result's JSON ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "detail"), [("{1, 2}", "Object of type set is not JSON serializable"),
-                                               ("float('nan')", "Out of range float values are not JSON compliant"),
-                                               ("object()", "Object of type object is not JSON serializable")])
+@pytest.mark.parametrize(("value", "detail"), [
+    ("{1, 2}", "result is a set: return a list, e.g. sorted(...) or list(...)"),
+    ("float('nan')", "result is NaN: JSON has no NaN or infinity; return None (or a string) in its place"),
+    ("object()", "result is an object: return its data as a dict, a list or a string"),
+    ("{'when': [1, datetime.date(2024, 1, 2)]}", "result['when'][1] is a date: return text, e.g. .isoformat()"),
+])
 def test_a_result_that_is_not_json_serializable(nx: Nexus, value: str, detail: str) -> None:
-    result = assert_error(run(nx, f"def run(ctx):\n    print('computed')\n    return {value}\n"))
+    result = assert_error(run(nx, f"import datetime\ndef run(ctx):\n    print('computed')\n    return {value}\n"))
+    # where in the result, and the fix (issue 14.3)
     assert result.error == f"result is not JSON-serializable: {detail}"
     assert result.output_structured == {"stdout": "computed\n"}
 
@@ -575,14 +592,25 @@ def test_output_and_result_within_generous_limits_come_through_whole(nexus_facto
     nx = make(nexus_factory, max_result_bytes=2 * size, max_output_bytes=2 * size, timeout_seconds=20)
     result = assert_ok(run(nx, f"def run(ctx):\n    print('y' * {size})\n    return 'x' * {size}\n"))
     body = result.output_structured
-    assert len(body["stdout"]) == size + 1 and "stdout_truncated" not in body
+    assert len(body["stdout"]) == size + 1 and "stdout_truncated" not in body and body["stdout"] == "y" * size + "\n"
     assert body["result"] == "x" * size
 
 
 @pytest.mark.parametrize(("arg", "got"), [("tools.Result(output='x')", "Result"), ("'hello'", "str"), ("42", "int")])
 def test_a_wrong_args_object_is_a_TypeError_naming_the_expected_class(nx: Nexus, gate: Recorder, arg: str, got: str) -> None:
+    """Passed through a name, the check cannot tell: the call says what it takes."""
+    result = assert_error(run(nx, f"import tools\n\ndef run(ctx):\n    value = {arg}\n    tools.echo(value)\n"))
+    article = "an" if got == "int" else "a"
+    assert result.error == (f"runtime error: line 5: TypeError: tools.echo() takes keyword arguments (or an "
+                            f"EchoArgs), not {article} {got}: it is echo(*, text: str) -> Result")
+    assert gate.inner("echo") == []
+
+
+@pytest.mark.parametrize("arg", ["'hello'", "42"])
+def test_a_positional_value_is_rejected_before_the_run(nx: Nexus, gate: Recorder, arg: str) -> None:
     result = assert_error(run(nx, f"import tools\n\ndef run(ctx):\n    tools.echo({arg})\n"))
-    assert result.error == f"runtime error: line 4: TypeError: tools.echo: expected EchoArgs, got {got}"
+    assert result.error == ("script rejected: line 4: tools.echo() takes keyword arguments, not a positional value: "
+                            "it is echo(*, text: str) -> Result")
     assert gate.inner("echo") == []
 
 

@@ -128,17 +128,27 @@ def test_a_symlink_planted_in_scratch_does_not_escape(tmp_path: Path, secret: Pa
     refused(attack(tmp_path, go, "fs"), "PermissionError", errno.EACCES)
 
 
-def test_changing_a_host_file_mode_fails(tmp_path: Path, secret: Path) -> None:
-    # Landlock does not cover chmod; the uid layer (not the owner) or seccomp (refused) does.
-    out = attack(tmp_path, lambda: os.chmod(secret, 0o666), "fs", "seccomp")
-    refused(out, "PermissionError", errno.EPERM)
-    assert secret.stat().st_mode & 0o777 == 0o600
+def test_changing_a_host_file_mode_fails(tmp_path: Path, secret: Path, searchable_secret: Path) -> None:
+    # Landlock does not cover chmod; the uid layer (not the owner, or not even allowed to search
+    # the folder) or seccomp (refused) does.
+    for path in (searchable_secret, secret):
+        out = attack(tmp_path, lambda path=path: os.chmod(path, 0o666), "fs", "seccomp")
+        refused(out, "PermissionError", errno.EPERM, errno.EACCES)
+        assert path.stat().st_mode & 0o777 == 0o600
 
 
-def test_known_limit_stat_still_reveals_that_a_file_exists(tmp_path: Path, secret: Path) -> None:
+def test_known_limit_stat_reveals_only_what_any_user_could(tmp_path: Path, secret: Path,
+                                                           searchable_secret: Path) -> None:
     """Pinned on purpose: Landlock governs opening, not stat(); a script can learn the existence,
-    size and times of a path it guesses, never its content."""
-    assert attack(tmp_path, lambda: os.stat(secret).st_size, "fs").value == len("hunter2")
+    size and times of a path it guesses in a folder every user may search, never its content.
+    In a folder other users may not search (pytest's is 0700) it learns nothing: the child has
+    no capability left to search past the folder's mode (as root, issue 11)."""
+    assert attack(tmp_path, lambda: os.stat(searchable_secret).st_size, "fs").value == len("hunter2")
+    out = attack(tmp_path, lambda: os.stat(secret).st_size, "fs")
+    if os.geteuid() == 0 and sandbox.probe()["uid"].active:
+        refused(out, "PermissionError", errno.EACCES)
+    else:  # the child is the host's own user, who may search its own folder
+        assert out.value == len("hunter2")
 
 
 # -- network --------------------------------------------------------------------------------

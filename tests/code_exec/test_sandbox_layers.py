@@ -373,7 +373,7 @@ def needs_root() -> None:
         pytest.skip("the uid layer needs root")
 
 
-def test_uid_child_is_not_root_and_keeps_only_read_search(tmp_path: Path) -> None:
+def test_uid_child_is_not_root_and_has_no_capability_left(tmp_path: Path) -> None:
     needs_root()
 
     def look() -> dict[str, Any]:
@@ -385,7 +385,8 @@ def test_uid_child_is_not_root_and_keeps_only_read_search(tmp_path: Path) -> Non
     out = run(tmp_path, {"uid"}, look)
     uid = sandbox.DEFAULT_UID_BASE + out.value["pid"]
     assert out.value["ids"] == [uid] * 6 and out.value["groups"] == []
-    assert out.value["eff"] == out.value["prm"] == 1 << 2  # CAP_DAC_READ_SEARCH
+    # not even CAP_DAC_READ_SEARCH (issue 11): the runtime is reached through the mount view
+    assert out.value["eff"] == out.value["prm"] == 0
     assert (tmp_path / "scratch").stat().st_uid == uid
 
 
@@ -416,13 +417,25 @@ def test_uid_cannot_set_limits_or_priority_of_the_test_process(tmp_path: Path) -
     refused(out, "PermissionError", errno.EPERM)
 
 
-def test_uid_cannot_chmod_host_files_but_can_still_read_the_runtime(tmp_path: Path, secret: Path) -> None:
+def test_uid_cannot_chmod_or_read_host_files_but_can_still_read_the_runtime(
+        tmp_path: Path, secret: Path, searchable_secret: Path) -> None:
     needs_root()
-    refused(run(tmp_path, {"uid"}, lambda: os.chmod(secret, 0o666)), "PermissionError", errno.EPERM)
-    assert secret.stat().st_mode & 0o777 == 0o600
-    # Without fs, CAP_DAC_READ_SEARCH reads anything: that is what lets a 0700 /root runtime
-    # load under fs, and why fs must always go with uid.
-    assert run(tmp_path, {"uid"}, lambda: Path(secret).read_text()).value == "hunter2"
+    # in a folder it may search: not the owner; below pytest's 0700 folder: not even that far
+    refused(run(tmp_path, {"uid"}, lambda: os.chmod(searchable_secret, 0o666)), "PermissionError", errno.EPERM)
+    refused(run(tmp_path, {"uid"}, lambda: os.chmod(secret, 0o666)), "PermissionError", errno.EACCES)
+    assert secret.stat().st_mode & 0o777 == searchable_secret.stat().st_mode & 0o777 == 0o600
+    # Without fs, the uid alone keeps a 0600 file out (it used to keep CAP_DAC_READ_SEARCH, which
+    # read anything); a module first imported now still loads, wherever the runtime is installed.
+    for path in (secret, searchable_secret):
+        refused(run(tmp_path, {"uid"}, lambda path=path: Path(path).read_text()), "PermissionError", errno.EACCES)
+
+    def lazily() -> list[str]:
+        import colorsys
+        import fractions
+
+        return [colorsys.__name__, str(fractions.Fraction(1, 3))]
+
+    assert run(tmp_path, {"uid"}, lazily).value == ["colorsys", "1/3"]
 
 
 # -- fs (Landlock) --------------------------------------------------------------------------
@@ -692,3 +705,63 @@ def test_seccomp_the_same_calls_pass_without_the_filter(tmp_path: Path) -> None:
 
     out = sandbox.run_in_child(make_policy(tmp_path, set()), calls)
     assert out.value is not None and errno.EPERM not in out.value.values(), out
+
+
+def test_a_view_that_fails_half_way_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
+    """A runtime path that cannot be bound once its folder is covered must not leave the folder
+    covered by an empty tmpfs, hiding the runtime from a child that then keeps
+    CAP_DAC_READ_SEARCH to read it."""
+    needs_root()
+    from nexus_tool_code_exec.sandbox import view
+
+    hidden = tmp_path / "hidden"
+    (hidden / "lib").mkdir(parents=True)
+    (hidden / "lib" / "mod.py").write_text("x = 1\n")
+    (hidden / "lib").chmod(0o755)
+    (hidden / "lib" / "mod.py").chmod(0o644)
+    hidden.chmod(0o700)
+
+    def attempt() -> dict[str, Any]:
+        view._current = None
+        real_mount = view._mount
+
+        def failing_bind(source: Any, target: Any, kind: Any, flags: int, data: Any) -> int:
+            if flags & view.MS_BIND and not flags & view.MS_REMOUNT:
+                ctypes.set_errno(errno.EINVAL)
+                return -1
+            return int(real_mount(source, target, kind, flags, data))
+
+        view._mount = failing_bind
+        try:
+            made = view.make((str(hidden / "lib"),))
+        finally:
+            view._mount = real_mount
+        return {"error": made.error, "still_there": os.path.exists(hidden / "lib" / "mod.py")}
+
+    out = sandbox.run_in_child(sandbox.SandboxPolicy(scratch_dir=str(tmp_path), layers=frozenset()), attempt)
+    assert out.value is not None, out
+    assert out.value["error"].startswith(f"binding {hidden / 'lib'} failed"), out
+    assert out.value["still_there"], out
+
+
+def test_where_no_view_can_be_made_the_child_keeps_only_read_search_and_says_why(tmp_path: Path) -> None:
+    """The fallback (no mount namespaces here, or a runtime other users may not read): the child
+    keeps CAP_DAC_READ_SEARCH, the only way it could read the runtime, and the layer's detail
+    (what `nexus doctor` prints) says so and why."""
+    needs_root()
+    from nexus_tool_code_exec.sandbox import layers, view
+
+    def look() -> dict[str, Any]:
+        with open("/proc/self/status") as f:
+            caps = dict(line.split(":\t", 1) for line in f if line.startswith("Cap"))
+        return {"eff": int(caps["CapEff"], 16), "detail": layers.applied["uid"]}
+
+    saved = view._current
+    view._current = view.View(error="mount namespaces are not available here")  # as a fork inherits it
+    try:
+        out = run(tmp_path, {"uid"}, look)
+    finally:
+        view._current = saved
+    assert out.value["eff"] == 1 << 2, out  # CAP_DAC_READ_SEARCH
+    assert out.value["detail"].endswith("only CAP_DAC_READ_SEARCH, kept to read the runtime: no runtime view "
+                                        "(mount namespaces are not available here)"), out

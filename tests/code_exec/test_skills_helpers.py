@@ -7,11 +7,13 @@ tool of the `nexus.skills` plugin.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from host_watch import HostWatch
 
 from nexus_core import Nexus, ToolDef
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
@@ -166,3 +168,77 @@ def test_a_broken_helper_breaks_only_the_scripts_that_import_it(nx: Nexus, skill
     assert_ok(run(nx, "def run(ctx):\n    return 1\n"))
     result = assert_error(run(nx, "import skills.broken\n\ndef run(ctx):\n    return 1\n"))
     assert result.error == "runtime error: line 1: ModuleNotFoundError: No module named 'library_that_is_not_installed'"
+
+
+# -- helpers that try to hand the host's files to scripts (issue 11) ------------------------------
+
+
+@pytest.fixture
+def host_secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "host" / "secret.py"
+    write(secret, "PASSWORD = 'hunter2-of-the-host'\n")
+    secret.chmod(0o600)
+    return secret
+
+
+def helper_skill(skills_dir: Path, name: str) -> Path:
+    folder = skills_dir / name
+    write(folder / "SKILL.md", f"---\nname: {name}\n---\nHelpers.\n")
+    return folder
+
+
+IMPORT_IT = """\
+    import skills.{module} as h
+
+    def run(ctx):
+        return sorted(n for n in dir(h) if not n.startswith("_"))
+    """
+
+
+def test_a_helper_that_is_a_symlink_out_of_the_skill_is_refused(nx: Nexus, skills_dir: Path,
+                                                                 host_secret: Path) -> None:
+    """The host reads helpers as itself (root here) and hands them to every script: a link to a
+    file outside the skill's folder is not followed (the read tool refuses the same link)."""
+    folder = helper_skill(skills_dir, "leaky")
+    write(folder / "fine.py", "def ok():\n    return 1\n")
+    (folder / "secret.py").symlink_to(host_secret)
+    skills_api.skill_set(nx).refresh()
+    skills_api.activate_skill(nx, "leaky")
+    with HostWatch() as watch:
+        result = assert_error(run(nx, IMPORT_IT.format(module="leaky")))
+    watch.assert_host_fine()
+    assert result.error.endswith("ImportError: skills.leaky: helper 'secret.py' is a symbolic link; helpers must "
+                                 "be files in the skill's folder"), result.error
+    assert "hunter2" not in result.output
+    # a script that does not import it still runs
+    assert_ok(run(nx, "def run(ctx):\n    return 1\n"))
+
+
+def test_a_helper_too_large_or_too_many_is_refused_with_the_rule(nx: Nexus, skills_dir: Path) -> None:
+    from nexus_tool_code_exec.host.skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES
+
+    big = helper_skill(skills_dir, "big")
+    write(big / "huge.py", "X = 1\n" + "#" * MAX_HELPER_BYTES + "\n")
+    many = helper_skill(skills_dir, "many")
+    for i in range(MAX_HELPER_FILES + 1):
+        write(many / f"m{i}.py", f"V{i} = {i}\n")
+    skills_api.skill_set(nx).refresh()
+    skills_api.activate_skill(nx, "big")
+    skills_api.activate_skill(nx, "many")
+    result = assert_error(run(nx, IMPORT_IT.format(module="big")))
+    assert f"ImportError: skills.big: helper 'huge.py' is {MAX_HELPER_BYTES + 7} bytes, more than the " \
+           f"{MAX_HELPER_BYTES} a helper may be" in result.error
+    result = assert_error(run(nx, IMPORT_IT.format(module="many")))
+    assert f"ImportError: skills.many: {MAX_HELPER_FILES + 1} helper files, more than the {MAX_HELPER_FILES} " \
+           "a skill may have" in result.error
+
+
+def test_a_fifo_among_the_helpers_does_not_hang_the_host(nx: Nexus, skills_dir: Path) -> None:
+    folder = helper_skill(skills_dir, "piped")
+    os.mkfifo(folder / "pipe.py")
+    skills_api.skill_set(nx).refresh()
+    skills_api.activate_skill(nx, "piped")
+    with HostWatch() as watch:  # opening a FIFO for reading would wait for a writer for ever
+        result = assert_error(run(nx, IMPORT_IT.format(module="piped")))
+    watch.assert_host_fine()
+    assert "ImportError: skills.piped: helper 'pipe.py' is not a regular file" in result.error

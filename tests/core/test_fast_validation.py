@@ -121,3 +121,46 @@ def test_arguments_nested_deeper_than_the_validator_can_walk_are_refused_not_rai
                                 "the tool's input schema")
         assert calls == []  # the handler never saw them
         assert nx.invoke("deep", {"x": [[], [[]]]}).output == "ran"  # shallow ones still go through
+
+
+# -- checking a tool's schema: the metaschema in one piece --------------------------------------
+
+SCHEMAS_TO_CHECK = [
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}, "required": ["a"]},
+    {"anyOf": [{"type": "integer"}, {"type": "null"}]}, {"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n"},
+    {"prefixItems": [{"type": "string"}], "items": False}, {"dependentRequired": {"a": ["b"]}}, True, {},
+    {"type": "strng"}, {"properties": {"x": {"type": 3}}}, {"required": "x"}, {"minimum": "a"}, {"items": 5},
+    {"enum": 3}, {"$defs": {"a": {"type": "nope"}}}, {"anyOf": []}, {"properties": {"a": {"pattern": 5}}},
+    {"additionalProperties": {"type": ["string", "bogus"]}}, {"pattern": "("}, {"$ref": 5},
+    {"dependentRequired": {"a": [1]}}, {"$id": 3}, {"title": 3}, {"$dynamicRef": 3}, {"$anchor": "1x"},
+    {"prefixItems": {}}, {"deprecated": "no"}, {"unevaluatedProperties": 3}, {"format": 3},
+]
+
+
+def test_the_flat_metaschema_gives_the_metaschemas_verdict_five_times_faster() -> None:
+    """compile_schema checks a Draft 2020-12 schema against the metaschema merged into one piece
+    (jsonschema resolves each `$dynamicRef` of the real one through its registry: ~1 ms a tool
+    schema, 750 of them for 500 tools); the verdict must be the metaschema's, and an invalid
+    schema's error still comes from the metaschema itself."""
+    import jsonschema
+
+    from nexus_core import Nexus
+    from nexus_core._schema import SchemaError, _flat_meta, compile_schema
+
+    cls = jsonschema.Draft202012Validator
+    real = cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
+    flat = _flat_meta()
+    assert flat
+    with Nexus(autoload=True) as nx:
+        tool_schemas = [s for t in nx.tools() for s in (t.input_schema, t.output_schema) if s is not None]
+    for schema in [*SCHEMAS_TO_CHECK, *tool_schemas]:
+        assert flat.is_valid(schema) == real.is_valid(schema), schema
+    for schema in SCHEMAS_TO_CHECK:
+        if real.is_valid(schema):
+            continue
+        with pytest.raises(SchemaError) as info:
+            compile_schema(schema)  # type: ignore[arg-type]
+        with pytest.raises(jsonschema.exceptions.SchemaError) as expected:
+            cls.check_schema(schema)
+        assert (info.value.message, info.value.absolute_path) == (expected.value.message,
+                                                                  list(expected.value.absolute_path))

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import enum
 import functools
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
 import attrs
 import pytest
@@ -17,6 +19,7 @@ from nexus_core import (
     ToolCall,
     ToolDef,
     ToolRegistrationError,
+    ToolResult,
     Veto,
     execute,
     failure,
@@ -710,3 +713,75 @@ def test_a_duplicate_of_a_tool_function_names_the_function() -> None:
 
     with pytest.raises(ToolRegistrationError, match=r"tools\[0\] \(ToolDef with handler .*<locals>\.twin\)"):
         toolkit([twin.__nexus_tool__, twin])
+
+
+# -- typed results from the return annotation (issue 14.4) ----------------------------------
+
+
+class Span(TypedDict):
+    start: int
+    end: NotRequired[int]
+
+
+@dataclasses.dataclass
+class Box:
+    width: int
+    height: int = 1
+
+
+class Level(enum.Enum):
+    LOW = "low"
+
+
+def test_the_return_annotation_is_the_output_schema_and_the_result_is_that_data() -> None:
+    def described(fn: Any) -> ToolDef:
+        return tool(fn).__nexus_tool__
+
+    cases: list[tuple[Any, dict[str, Any], str, Any]] = [
+        (lambda: 3, {"type": "integer"}, "3", 3),
+        (lambda: 1.5, {"type": "number"}, "1.5", 1.5),
+        (lambda: True, {"type": "boolean"}, "true", True),
+        (lambda: ["a"], {"type": "array", "items": {"type": "string"}}, '["a"]', ["a"]),
+        (lambda: {"b", "a"} and {"a"}, {"type": "array", "items": {"type": "string"}}, '["a"]', ["a"]),
+        (lambda: Level.LOW, {"enum": ["low"], "type": "string"}, "low", "low"),
+        (lambda: datetime.date(2024, 1, 2), {"type": "string", "format": "date"}, "2024-01-02", "2024-01-02"),
+        (lambda: {"start": 0}, {"type": "object", "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}},
+                                "required": ["start"], "additionalProperties": False}, '{"start": 0}', {"start": 0}),
+        (lambda: Box(2), {"type": "object", "properties": {"width": {"type": "integer"},
+                                                             "height": {"type": "integer", "default": 1}},
+                          "required": ["width"], "additionalProperties": False}, '{"width": 2, "height": 1}',
+         {"width": 2, "height": 1}),
+    ]
+    annotations = [int, float, bool, list[str], set[str], Level, datetime.date, Span, Box]
+    def returning(body: Any) -> Any:
+        def fn() -> None:
+            return body()  # type: ignore[no-any-return]
+
+        return fn
+
+    for (body, schema, text, data), returns in zip(cases, annotations, strict=True):
+        fn = returning(body)
+        fn.__annotations__ = {"return": returns}
+        t = described(fn)
+        assert t.output_schema == schema, returns
+        result = execute(toolkit([t]), "fn", {})
+        assert (result.output, result.output_structured) == (text, data), returns
+
+
+def test_text_and_shapeless_returns_have_no_output_schema() -> None:
+    for returns in (str, dict, "dict[str, Any]", list, "list[Any]", Any, None, ToolResult):
+        def fn() -> None:
+            return None
+
+        fn.__annotations__ = {"return": returns}
+        assert tool(fn).__nexus_tool__.output_schema is None, returns
+
+
+def test_a_dataclass_argument_is_rebuilt_from_its_json() -> None:
+    @tool
+    def area(box: Box) -> int:
+        assert isinstance(box, Box)
+        return box.width * box.height
+
+    assert area.__nexus_tool__.input_schema["properties"]["box"]["required"] == ["width"]
+    assert execute(toolkit([area]), "area", {"box": {"width": 3, "height": 2}}).output_structured == 6

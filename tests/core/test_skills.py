@@ -199,6 +199,56 @@ def test_a_symlink_loop_does_not_hang_discovery(tmp_path: Path) -> None:
     assert [s.name for s in discover_skills([tmp_path]).skills] == ["csv-tools"]
 
 
+# -- symbolic links leading out of the configured folders (issue 11) ----------------------------
+
+
+def test_a_symlinked_skill_folder_inside_the_configured_folders_is_followed(tmp_path: Path) -> None:
+    write(tmp_path / "skills" / ".store" / "real" / "SKILL.md", CSV)  # hidden: not searched itself
+    os.symlink(tmp_path / "skills" / ".store" / "real", tmp_path / "skills" / "linked")
+    scan = discover_skills([tmp_path / "skills"])
+    assert [s.name for s in scan.skills] == ["csv-tools"] and scan.problems == ()
+    assert scan.skills[0].path == str(tmp_path / "skills" / "linked")
+
+
+def test_a_symlinked_skill_folder_leading_elsewhere_is_a_problem_not_a_skill(tmp_path: Path) -> None:
+    write(tmp_path / "elsewhere" / "SKILL.md", PDF)
+    (tmp_path / "skills").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "skills" / "pdf")
+    scan = discover_skills([tmp_path / "skills"])
+    assert scan.skills == ()
+    (problem,) = scan.problems
+    assert problem.path == str(tmp_path / "skills" / "pdf")
+    assert problem.message == (f"a symbolic link to {tmp_path / 'elsewhere'}, outside the configured skill folders: "
+                               "not followed (add that folder to `skills` to use the skills in it)")
+    # the way out that the message names
+    assert [s.name for s in discover_skills([tmp_path / "skills", tmp_path / "elsewhere"]).skills] == ["pdf"]
+
+
+def test_a_skill_md_that_links_out_of_its_folder_is_refused(tmp_path: Path) -> None:
+    secret = write(tmp_path / "host" / "notes.md", PDF)
+    (tmp_path / "skills" / "pdf").mkdir(parents=True)
+    os.symlink(secret, tmp_path / "skills" / "pdf" / "SKILL.md")
+    scan = discover_skills([tmp_path / "skills"])
+    assert scan.skills == ()
+    (problem,) = scan.problems
+    assert problem.message.startswith(f"a symbolic link to {secret}, outside the skill's folder")
+    # a link to a file of its own folder is fine
+    write(tmp_path / "skills" / "csv" / "real.md", CSV)
+    os.symlink("real.md", tmp_path / "skills" / "csv" / "SKILL.md")
+    assert [s.name for s in discover_skills([tmp_path / "skills"]).skills] == ["csv-tools"]
+
+
+def test_a_resource_that_links_out_of_its_skill_is_not_listed(tmp_path: Path) -> None:
+    folder = tmp_path / "skills" / "pdf"
+    write(folder / "SKILL.md", PDF)
+    write(folder / "ref.md", "r\n")
+    secret = write(tmp_path / "host" / "id_rsa", "KEY\n")
+    os.symlink(secret, folder / "key.md")
+    os.symlink("ref.md", folder / "same.md")
+    (skill,) = discover_skills([tmp_path / "skills"]).skills
+    assert skill.resources == ("ref.md", "same.md")
+
+
 # -- the Nexus API and hooks ----------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """An apply_patch written to make the host compare lines for hours: a hunk of thousands of lines
 that almost matches everywhere in a file of as many alike lines. Placing hunks is budgeted
 (`MAX_COMPARISONS` line comparisons per patch); past it the patch is refused, naming the rule,
-and nothing changes. The call is watched like the pattern attacks (tests/file/host_watch.py).
+and nothing changes. The call is watched like the pattern attacks (tests/host_watch.py).
 """
 
 from __future__ import annotations

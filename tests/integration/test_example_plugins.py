@@ -111,4 +111,4 @@ def test_the_demo_runs_on_the_installed_defaults() -> None:
     assert "[audit] fly: error (unknown_tool)" in out and "| unknown tool: 'fly'" in out
     assert "[audit] shell (inside call_" in out  # run_code's inner call, seen by the host's plugins
     assert "the host's gate said no: shell: vetoed" in out
-    assert '"result": {"total_words": 9}' in out
+    assert '--- result ---\n   | {"total_words": 9}' in out

@@ -28,8 +28,9 @@ def test_time_tools_register_with_their_schemas_and_annotations(make_nexus: Call
     convert = nx.tool("time_convert_time")
     assert current is not None and convert is not None and current.plugin == "nexus.mcp.client"
     assert current.input_schema["required"] == ["timezone"]
+    # the MCP hints, and the server the tool came from (run_code lists tools by it: issue 14.7)
     assert current.annotations == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
-                                   "openWorldHint": False}
+                                   "openWorldHint": False, "mcp_server": "time"}
     assert current.output_schema is not None and current.output_schema["required"] == [
         "timezone", "datetime", "day_of_week", "is_dst"]
     # the server's convert_time result refers to `#/$defs/TimeResult` twice: inlined for every consumer

@@ -56,7 +56,9 @@ class ToolDef:
     `exposure` says where a model meets the tool: "both" (a tool of its own, and a binding in
     run_code scripts), "direct" (only as a tool of its own) or "code" (only inside run_code
     scripts, or a provider's own code execution where `allowed_callers` says so); the config's
-    `tools.<name>.exposure` overrides it.
+    `tools.<name>.exposure` overrides it. `code_description`, when set, is what a run_code
+    script's binding says about the tool (its docstring) in place of `description`, for a tool
+    whose description speaks of the text a direct call returns (a script gets typed fields).
     """
 
     name: str
@@ -68,6 +70,7 @@ class ToolDef:
     plugin: str | None = None
     annotations: JSONObject = attrs.field(factory=dict)
     exposure: Exposure = attrs.field(default="both", validator=attrs.validators.in_(EXPOSURES))
+    code_description: str = ""
 
     def with_plugin(self, plugin: str | None) -> ToolDef:
         return attrs.evolve(self, plugin=plugin)

@@ -9,6 +9,7 @@ tool, so gates, argument validation and result normalisation apply to native too
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import datetime
 import enum
 import functools
@@ -223,10 +224,14 @@ def _schema_for(tp: Any, seen: tuple[type, ...], localns: Mapping[str, Any] | No
         if args:
             schema["items"] = schema_for_type(args[0], seen, localns)
         return schema
-    if isinstance(tp, type) and attrs.has(tp):
+    if isinstance(tp, type) and (attrs.has(tp) or dataclasses.is_dataclass(tp) or typing.is_typeddict(tp)):
         if tp in seen:
             raise TypeError(f"cannot describe {tp.__qualname__} as JSON Schema: it contains itself")
-        return _attrs_schema(tp, (*seen, tp), localns)
+        if attrs.has(tp):
+            return _attrs_schema(tp, (*seen, tp), localns)
+        if dataclasses.is_dataclass(tp):
+            return _dataclass_schema(tp, (*seen, tp), localns)
+        return _typeddict_schema(tp, (*seen, tp), localns)
     raise TypeError(f"cannot describe type {tp!r} as JSON Schema")
 
 
@@ -276,11 +281,72 @@ def _attrs_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] 
     return schema
 
 
+def _class_hints(cls: type, localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The resolved field hints of a dataclass or TypedDict (with the defining scope's names)."""
+    names = {**(localns or {}), cls.__name__: cls}
+    try:
+        return typing.get_type_hints(cls, localns=names, include_extras=True)
+    except NameError as exc:
+        raise TypeError(f"cannot resolve the type hints of {cls.__qualname__}: {exc}") from None
+
+
+def _dataclass_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An object schema from a dataclass: one property per init field, required unless it has
+    a default; `metadata={"description": ...}` becomes its description."""
+    hints = _class_hints(cls, localns)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        sub = schema_for_type(hints.get(field.name, Any), seen, localns)
+        note = field.metadata.get("description")
+        if isinstance(note, str):
+            sub = {**sub, "description": note}
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            required.append(field.name)
+        elif field.default is not dataclasses.MISSING:
+            ok, value = _json_value(field.default)
+            if ok:
+                sub = {**sub, "default": value}
+        props[field.name] = sub
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _strip_required(hint: Any) -> Any:
+    """`Required[T]` / `NotRequired[T]` (a TypedDict's markers) as T."""
+    while typing.get_origin(hint) in (typing.Required, typing.NotRequired):
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _typeddict_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An object schema from a TypedDict: its keys, required as `total` / `Required` say."""
+    raw = _class_hints(cls, localns)
+    hints = {key: _strip_required(hint) for key, hint in raw.items()}
+    props = {key: schema_for_type(hint, seen, localns) for key, hint in hints.items()}
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    # the markers, read from the resolved hints too: under `from __future__ import annotations`
+    # the class's own __required_keys__ cannot see a NotRequired written as text
+    total = getattr(cls, "__required_keys__", frozenset(hints))
+    required = [key for key, hint in raw.items()
+                if typing.get_origin(hint) is typing.Required
+                or (typing.get_origin(hint) is not typing.NotRequired and key in total)]
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
 def _json_value(value: Any) -> tuple[bool, Any]:
     """(True, value as JSON data) when `value` can be written as JSON, else (False, None)."""
     if isinstance(value, enum.Enum):
         value = value.value
-    elif attrs.has(type(value)):
+    elif attrs.has(type(value)) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
         from ._converter import unstructure
 
         value = unstructure(value)
@@ -462,8 +528,10 @@ def tool(
 
     A parameter annotated `CallContext`, or named `ctx`, receives the call context instead of
     an argument (`ctx=True` insists on one; `ctx=False` makes a `ctx` parameter an ordinary
-    argument). A return annotation that is an attrs class becomes the output schema unless
-    `output_schema=` is given. `exposure`: see `ToolDef.exposure`.
+    argument). The return annotation becomes the output schema unless `output_schema=` is
+    given (`-> int`, `-> list[str]`, a TypedDict, a dataclass, an attrs class...; not `-> str`,
+    whose output is the text, nor `-> dict` or `-> Any`): a run_code binding then returns that
+    type. `exposure`: see `ToolDef.exposure`.
     """
 
     def describe(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -512,10 +580,10 @@ def tool(
         input_schema["additionalProperties"] = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
 
         out_schema = output_schema
+        inferred = False
         if out_schema is None:
-            returns, _ = _strip_annotated(hints.get("return", Any))
-            if isinstance(returns, type) and attrs.has(returns):
-                out_schema = schema_for_type(returns, localns=localns)
+            out_schema = _output_schema(hints.get("return", Any), localns)
+            inferred = out_schema is not None
 
         def handler(arguments: Mapping[str, Any], ctx: CallContext | None = None) -> Any:
             values = {k: (_rebuild(v, rebuild[k], k) if k in rebuild else v) for k, v in arguments.items()}
@@ -529,7 +597,8 @@ def tool(
                     args.append(param.default)
                 else:
                     break  # the call below raises TypeError naming the missing argument
-            return target(*args, **values)
+            value = target(*args, **values)
+            return _typed_result(value) if inferred else value
 
         handler.__nexus_source__ = target  # type: ignore[attr-defined]  # for error messages
         tooldef = ToolDef(
@@ -554,6 +623,50 @@ def tool(
             return wrapper
 
     return describe(fn) if fn is not None else describe
+
+
+# -- results: the return annotation as the output schema ------------------------------------
+
+
+def _output_schema(hint: Any, localns: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The output schema a return annotation gives: any type `schema_for_type` describes but
+    text (`-> str`: the output is the text), None, Any and a bare dict (no shape to promise),
+    and what a handler returns to say more than a value (a ToolResult, content blocks)."""
+    hint, _ = _strip_annotated(hint)
+    if hint is Any or hint is inspect.Parameter.empty or hint is None or hint is _NONE or hint is object:
+        return None
+    if hint is str or (isinstance(hint, type) and issubclass(hint, (str, ToolResult))):
+        return None
+    if hint in _MAPPINGS or (typing.get_origin(hint) in _MAPPINGS and len(typing.get_args(hint)) == 2
+                             and typing.get_args(hint)[1] is Any):
+        return None
+    from ._content import CONTENT_TYPES
+
+    if isinstance(hint, type) and issubclass(hint, CONTENT_TYPES):
+        return None
+    try:
+        schema = schema_for_type(hint, localns=localns)
+    except TypeError:
+        return None  # a type JSON Schema cannot say: the tool returns text, as before
+    if not schema or (set(schema) <= {"type", "items", "additionalProperties"} and schema.get("type") in ("array", "object")
+                      and not schema.get("items") and not schema.get("additionalProperties")):
+        return None  # `-> list[Any]` says nothing a binding could use (and content blocks are lists)
+    return schema
+
+
+def _typed_result(value: Any) -> Any:
+    """A handler's value, for a tool whose output schema came from its return annotation: a value
+    that result normalisation would only `str()` (an int, a bool, a set, an enum, a date) is sent
+    as JSON data in `output_structured`, its JSON (or the string itself) in `output`, so that a
+    run_code binding gets back the type the annotation names."""
+    if value is None or isinstance(value, (ToolResult, str, dict, list, tuple)) or attrs.has(type(value)) \
+            or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        return value
+    ok, plain = _json_value(value)
+    if not ok:
+        return value
+    text = plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)
+    return ToolResult(id="", name="", output=text, output_structured=plain)
 
 
 # -- arguments: JSON back into the annotated Python types -----------------------------------
@@ -581,7 +694,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return any(value == m.value for m in hint)
     if hint is str or (isinstance(hint, type) and issubclass(hint, str)) or _string_type(hint):
         return isinstance(value, str)
-    if hint in _MAPPINGS or origin in _MAPPINGS or (isinstance(hint, type) and attrs.has(hint)):
+    if hint in _MAPPINGS or origin in _MAPPINGS or (isinstance(hint, type) and (
+            attrs.has(hint) or dataclasses.is_dataclass(hint) or typing.is_typeddict(hint))):
         return isinstance(value, dict)
     if hint in _SEQUENCES or origin in _SEQUENCES or origin is tuple:
         return isinstance(value, list)
@@ -634,6 +748,21 @@ def _rebuild(value: Any, hint: Any, path: str) -> Any:
             return hint(**kwargs)
         except TypeError as exc:
             raise ValueError(f"argument {path}: {exc}") from None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ValueError(f"argument {path}: expected an object for {hint.__name__}, got {type(value).__name__}")
+        field_hints = _class_hints(hint)
+        names = {f.name for f in dataclasses.fields(hint) if f.init}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise ValueError(f"argument {path}: unknown key {unknown[0]!r} for {hint.__name__}")
+        try:
+            return hint(**{k: _rebuild(v, field_hints.get(k, Any), f"{path}.{k}") for k, v in value.items()})
+        except TypeError as exc:
+            raise ValueError(f"argument {path}: {exc}") from None
+    if isinstance(hint, type) and typing.is_typeddict(hint) and isinstance(value, dict):
+        field_hints = _class_hints(hint)
+        return {k: _rebuild(v, _strip_required(field_hints.get(k, Any)), f"{path}.{k}") for k, v in value.items()}
     if (origin is tuple or hint is tuple) and isinstance(value, list):
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_rebuild(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))

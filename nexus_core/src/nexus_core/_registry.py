@@ -98,7 +98,16 @@ class ToolRegistry:
                 f"tool {tool.name!r} from {_source(tool)}: handler {tool.handler!r} is not callable"
             )
         validator: ArgumentValidator | None = None
-        for which, schema in (("input_schema", tool.input_schema), ("output_schema", tool.output_schema)):
+        previous = self._entries.get(tool.name) if replace else None
+        if previous is not None and previous.tool.input_schema == tool.input_schema \
+                and previous.tool.output_schema == tool.output_schema:
+            # the same schemas as the definition it replaces (run_code's new description): checked
+            # and compiled already
+            validator = previous.validator
+            schemas: tuple[tuple[str, Any], ...] = ()
+        else:
+            schemas = (("input_schema", tool.input_schema), ("output_schema", tool.output_schema))
+        for which, schema in schemas:
             if schema is None and which == "output_schema":
                 continue
             if not isinstance(schema, dict):

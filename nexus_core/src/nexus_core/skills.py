@@ -10,6 +10,13 @@ A skill may come from anywhere (a download, a shared folder), so its file is rea
 at most MAX_SKILL_BYTES, front matter at most MAX_FRONT_MATTER_BYTES, its YAML with the same
 alias and nesting bounds as the config (`load_yaml`).
 
+The configured folders are where skills may come from, and symbolic links do not widen that: a
+symlinked folder is followed only where it leads to a folder inside one of them (one that leads
+elsewhere is reported, with the way to allow it: add its target to `skills`); a SKILL.md that is
+a link to a file outside its own folder is refused; a resource that is a link out of its skill's
+folder is not listed. What a skill hands out (its instructions, the files a model is told of,
+the helpers run_code gives every script) is then what its folder holds.
+
 State is per Nexus (`skill_set(nexus)`): which skills exist, which are active. Activation fires `nexus_skill_loaded(skill=...)`, deactivation
 `nexus_skill_deactivate(name=...)`, so a plugin such as run_code can stage a skill's helper files
 and drop them again. `active_skills(nx)` tells such a plugin which skills are active and where
@@ -90,19 +97,30 @@ def _visible(name: str) -> bool:
     return not name.startswith(".") and name not in _SKIP_DIRS
 
 
+def _beneath(path: str, folder: str) -> bool:
+    """Whether the real path `path` is `folder` (a real path) or inside it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def skill_resources(folder: Path) -> tuple[str, ...]:
     """The files of a skill folder besides its SKILL.md, as sorted relative POSIX paths.
 
-    Hidden files and folders are left out, and so is any subfolder that is a skill of its own.
+    Hidden files and folders are left out, and so is any subfolder that is a skill of its own,
+    and any file that is a symbolic link leading out of the folder (symlinked subfolders are not
+    entered at all).
     """
     found: list[str] = []
+    real = os.path.realpath(folder)
     for root, dirs, files in os.walk(folder, followlinks=False):
         root_path = Path(root)
         dirs[:] = sorted(d for d in dirs if _visible(d) and not (root_path / d / SKILL_FILE).is_file())
         for name in files:
             if not _visible(name) or (root_path == folder and name == SKILL_FILE):
                 continue
-            found.append((root_path / name).relative_to(folder).as_posix())
+            path = root_path / name
+            if path.is_symlink() and not _beneath(os.path.realpath(path), real):
+                continue
+            found.append(path.relative_to(folder).as_posix())
     return tuple(sorted(found))
 
 
@@ -118,6 +136,11 @@ def load_skill(path: str | os.PathLike[str]) -> SkillContent:
     def problem(message: str, line: int | None = None) -> SkillError:
         return SkillError(SkillProblem(where, message, line))
 
+    if file.is_symlink():
+        target, folder = os.path.realpath(file), os.path.realpath(file.parent)
+        if not _beneath(target, folder):
+            raise problem(f"a symbolic link to {target}, outside the skill's folder: a SKILL.md must be in "
+                          "its folder (copy it there)")
     try:
         with open(file, "rb") as f:
             raw = f.read(MAX_SKILL_BYTES + 1)
@@ -194,8 +217,10 @@ class SkillScan:
     problems: tuple[SkillProblem, ...] = ()
 
 
-def _skill_files(folder: Path) -> list[Path]:
-    """Every SKILL.md under `folder`, in sorted order; symlinked folders are followed once."""
+def _skill_files(folder: Path, allowed: Sequence[str], problems: list[SkillProblem]) -> list[Path]:
+    """Every SKILL.md under `folder`, in sorted order. Symlinked folders are followed once, and
+    only where they lead into one of the `allowed` real paths (the configured folders); a link
+    that leads elsewhere to a folder with a SKILL.md is a problem."""
     found: list[Path] = []
     visited: set[str] = set()
     for root, dirs, files in os.walk(folder, followlinks=True):
@@ -204,7 +229,19 @@ def _skill_files(folder: Path) -> list[Path]:
             dirs[:] = []
             continue
         visited.add(real)
-        dirs[:] = sorted(d for d in dirs if _visible(d))
+        kept = []
+        for d in sorted(d for d in dirs if _visible(d)):
+            path = os.path.join(root, d)
+            target = os.path.realpath(path)
+            if os.path.islink(path) and not any(_beneath(target, a) for a in allowed):
+                if os.path.isfile(os.path.join(target, SKILL_FILE)):
+                    problems.append(SkillProblem(
+                        str(Path(path).absolute()),
+                        f"a symbolic link to {target}, outside the configured skill folders: not followed "
+                        "(add that folder to `skills` to use the skills in it)"))
+                continue
+            kept.append(d)
+        dirs[:] = kept
         if SKILL_FILE in files:
             found.append(Path(root) / SKILL_FILE)
     return found
@@ -215,11 +252,12 @@ def discover_skills(folders: Iterable[str | os.PathLike[str]]) -> SkillScan:
     skipped). A broken file, or a second skill with a name already taken, is a problem."""
     skills: dict[str, SkillContent] = {}
     problems: list[SkillProblem] = []
-    for folder in folders:
-        root = Path(folder)
+    roots = [Path(folder) for folder in folders]
+    allowed = [os.path.realpath(root) for root in roots if root.is_dir()]
+    for root in roots:
         if not root.is_dir():
             continue
-        for file in _skill_files(root):
+        for file in _skill_files(root, allowed, problems):
             try:
                 skill = load_skill(file)
             except SkillError as exc:

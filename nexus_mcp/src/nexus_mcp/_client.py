@@ -25,7 +25,7 @@ from nexus_core import Nexus, ToolDef, ToolRegistrationError, ToolResult
 
 from ._config import PLUGIN_ID, ServerConfig
 from ._loop import LoopThread
-from ._tools import MCP_SERVER, nexus_tool_name, to_tooldef, tool_name
+from ._tools import MCP_SERVER, nexus_tool_name, to_tooldef, tool_name, wraps_result
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -185,7 +185,8 @@ class McpClient:
                         "(rename one of the servers in the config)")
                     continue
                 try:
-                    wanted[name] = to_tooldef(server, tool, functools.partial(self.call, server, mcp_name))
+                    handler = functools.partial(self.call, server, mcp_name, wraps_result(tool))
+                    wanted[name] = to_tooldef(server, tool, handler)
                 except Exception as exc:  # noqa: BLE001 (a server's odd tool must not stop the others)
                     problems.append(f"MCP server {server!r} tool {mcp_name!r} is left out: {describe_exception(exc)}")
                     continue
@@ -251,15 +252,15 @@ class McpClient:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """A tool's handler: the call, made on the loop thread, and its result. Any thread may
-        call this, many at once."""
+    def call(self, server: str, tool: str, wrapped: bool, arguments: dict[str, Any]) -> ToolResult:
+        """A tool's handler: the call, made on the loop thread, and its result (its value
+        unwrapped, for a tool whose outputSchema wraps it). Any thread may call this, many at once."""
         if self._closed:
             return self._error(server, f"MCP server {server!r} is stopped: the Nexus is closed")
         if self._loop.in_loop_thread():  # a registry observer on the loop thread calling a tool
             return self._error(server, f"MCP server {server!r}: a tool cannot be called from the MCP event loop")
         from ._connection import STOP_SECONDS, ServerError, _describe
-        from ._convert import to_toolresult
+        from ._convert import to_toolresult, unwrap_result
 
         connection = self.connection(server)
         config = connection.config
@@ -274,7 +275,8 @@ class McpClient:
             return self._error(server, f"MCP server {server!r}: no answer from the MCP event loop within {limit:g} s")
         except Exception as exc:  # noqa: BLE001 (a handler's result, never its exception)
             return self._error(server, f"MCP server {server!r}: {_describe(exc)}")
-        return to_toolresult(server, tool, result)
+        converted = to_toolresult(server, tool, result)
+        return unwrap_result(converted) if wrapped and not converted.is_error else converted
 
     @staticmethod
     def _error(server: str, message: str) -> ToolResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import mcp_types as types
 
 from nexus_core import (
@@ -105,13 +106,28 @@ def to_toolresult(server: str, tool: str, result: types.CallToolResult) -> ToolR
                       content=content)
 
 
-def to_call_tool_result(result: ToolResult) -> types.CallToolResult:
+def to_call_tool_result(result: ToolResult, wrap: bool = False) -> types.CallToolResult:
     """A Nexus result as an MCP tool result, through the core's MCP adapter (one rendering for
     every route): `structuredContent` (an object) with its JSON as text, as the spec asks of a
     tool that returns structured content; content blocks (an image a tool returned, or one an
     MCP server this Nexus uses gave) as MCP content; an `output_file` as an embedded resource. An
-    error, a veto among them, is `isError` with its message."""
+    error, a veto among them, is `isError` with its message.
+
+    With `wrap` (a tool whose output schema is not an object, listed wrapped: see
+    `nexus_core.adapters.mcp_output_schema`), the structured value goes as `{"result": value}`."""
     if result.is_error:
         message = result.error or result.output
         return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
-    return types.CallToolResult.model_validate(format_tool_result(result, "mcp"))
+    out = format_tool_result(result, "mcp")
+    if wrap and result.output_structured is not None:
+        out["structuredContent"] = {"result": result.output_structured}
+    return types.CallToolResult.model_validate(out)
+
+
+def unwrap_result(result: ToolResult) -> ToolResult:
+    """A result of a tool whose outputSchema wraps its value (`{"result": ...}`, FastMCP's way for
+    a tool that returns an int or a list), with the value itself in `output_structured`."""
+    structured = result.output_structured
+    if isinstance(structured, dict) and set(structured) == {"result"}:
+        return attrs.evolve(result, output_structured=structured["result"])
+    return result

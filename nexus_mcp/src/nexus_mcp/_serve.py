@@ -39,10 +39,12 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from nexus_core.adapters import mcp_output_schema
 
 from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
 
 from ._convert import to_call_tool_result
+from ._tools import WRAP_RESULT
 
 log = logging.getLogger("nexus_mcp")
 
@@ -85,12 +87,9 @@ class _RegistryWatch:
 
 def _mcp_tools(nexus: Nexus) -> list[types.Tool]:
     out = []
+    # a tool whose result is not an object (`-> int`) is listed with its schema wrapped as
+    # {"result": ...} (nexus_core.adapters.mcp_output_schema), and its results are wrapped to match
     for entry in nexus.schemas("mcp"):
-        output = entry.get("outputSchema")
-        if output is not None and output.get("type") != "object":
-            # MCP's outputSchema (and so structuredContent) is an object; a tool whose result is
-            # another JSON type is listed without one, and its result travels as text
-            entry = {k: v for k, v in entry.items() if k != "outputSchema"}
         out.append(types.Tool.model_validate(entry))
     return out
 
@@ -153,7 +152,9 @@ class NexusMcpServer:
         if result.error_kind == "unknown_tool":
             # a protocol error, as both MCP revisions ask (after the gates and observers saw it)
             raise MCPError(INVALID_PARAMS, result.error or f"unknown tool: {params.name!r}")
-        return to_call_tool_result(result)
+        tool = self.nexus.tool(params.name)
+        wrap = tool is not None and tool.output_schema is not None and WRAP_RESULT in mcp_output_schema(tool.output_schema)
+        return to_call_tool_result(result, wrap=wrap)
 
     async def _list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                             ) -> types.ListPromptsResult:
@@ -215,7 +216,7 @@ class NexusMcpServer:
         for connection in list(self._legacy_connections):
             try:
                 await connection.send_tool_list_changed()
-            except Exception:  # noqa: BLE001 (a client that left)
+            except Exception:
                 self._legacy_connections.discard(connection)
 
     # -- transports ---------------------------------------------------------------------------
@@ -278,7 +279,7 @@ class _DaemonStream:
             job, future = self._jobs.get()
             try:
                 outcome: tuple[Any, BaseException | None] = (job(), None)
-            except BaseException as exc:  # noqa: BLE001 (handed to the awaiting task)
+            except BaseException as exc:
                 outcome = (None, exc)
             try:
                 future.get_loop().call_soon_threadsafe(_settle, future, *outcome)

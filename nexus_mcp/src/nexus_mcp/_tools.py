@@ -16,6 +16,10 @@ from ._schema import inline_refs
 #: `ToolResult.metadata` key naming the MCP server that answered
 MCP_SERVER = "mcp_server"
 
+#: the mark FastMCP (and `nexus mcp serve`) put on an outputSchema that wraps a result that is not
+#: an object as {"result": ...}
+WRAP_RESULT = "x-fastmcp-wrap-result"
+
 #: the MCP ToolAnnotations fields, under their wire names
 ANNOTATION_KEYS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
@@ -36,9 +40,19 @@ def tool_name(tool: dict[str, Any]) -> str:
     return name
 
 
+def wraps_result(tool: dict[str, Any]) -> bool:
+    """Whether an MCP tool's outputSchema wraps a value that is not an object as {"result": ...}
+    (FastMCP's way for `-> int`): its ToolDef then promises the value itself."""
+    schema = tool.get("outputSchema") if isinstance(tool, dict) else None
+    return (isinstance(schema, dict) and schema.get(WRAP_RESULT) is True
+            and isinstance(schema.get("properties"), dict) and "result" in schema["properties"])
+
+
 def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any]) -> ToolDef:
     """The Nexus tool for one tool of an MCP server: its schemas with local references inlined
-    (see `_schema`), its annotations under MCP's own names (`readOnlyHint`, ...)."""
+    (see `_schema`), its annotations under MCP's own names (`readOnlyHint`, ...), and the server's
+    name under `mcp_server`. An outputSchema that wraps a value (`wraps_result`) is unwrapped: the
+    tool's results are too (see `_convert.unwrap_result`)."""
     name = tool_name(tool)
     input_schema = tool.get("inputSchema") or {"type": "object"}
     output_schema = tool.get("outputSchema")
@@ -51,6 +65,9 @@ def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any]) -
     title = tool.get("title")
     if isinstance(title, str) and title and "title" not in annotations:
         annotations["title"] = title
+    annotations[MCP_SERVER] = server
+    if output_schema is not None and wraps_result(tool):
+        output_schema = output_schema["properties"]["result"]
     description = tool.get("description")
     return ToolDef(
         name=nexus_tool_name(server, name),

@@ -1,4 +1,5 @@
-"""The `nexus.tool.code_exec` plugin: the `run_code` tool.
+"""The `nexus.tool.code_exec` plugin: the `run_code` tool (and, past `max_listed_tools`, its
+companion `run_code_api`).
 
 The model writes one Python script with `def run(ctx)`; it calls many tools through typed
 bindings (`tools`), fans out with `parallel`, and runs in a child process whose every tool call
@@ -43,6 +44,13 @@ def config_schema() -> dict[str, Any]:
                                "description": "inner tool calls one script may make"},
             "max_result_bytes": {"type": "integer", "minimum": 1, "default": 1048576,
                                  "description": "cap on the JSON of run's return value"},
+            "max_text_bytes": {"type": "integer", "minimum": 256, "default": 65536,
+                               "description": "cap on the text a model reads in run_code's output (printed "
+                                              "text and result together, ~16k tokens); longer text keeps its "
+                                              "head and tail; output_structured keeps all"},
+            "max_listed_tools": {"type": "integer", "minimum": 0, "default": 30,
+                                 "description": "above this many tools run_code's description lists their groups, "
+                                                "and run_code_api gives the functions of the tools asked for"},
             "persist_scripts": {"type": "boolean", "default": True},
             "reject_threads": {"type": "boolean", "default": True},
             "allowed_packages": {"type": "array", "items": {"type": "string"},

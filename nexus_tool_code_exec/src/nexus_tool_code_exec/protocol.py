@@ -41,6 +41,7 @@ RESULT: Final = "result"  # the answer to a call
 # child -> host
 CALL: Final = "call"  # call a tool
 OUT: Final = "out"  # output the script wrote
+WHERE: Final = "where"  # near its deadline: the script's line that is running now
 DONE: Final = "done"  # the end: the script's result
 ERROR: Final = "error"  # the end: what went wrong
 # zygote -> host
@@ -119,6 +120,8 @@ class OutMessage(TypedDict):
     s: Literal["stdout", "stderr"]
     d: str
     truncated: NotRequired[bool]  # on the message where max_output_bytes cut the output
+    held: NotRequired[bool]  # on the message that filled the head: the rest is held for the tail
+    dropped: NotRequired[int]  # on the first message of the tail: the bytes dropped before it
 
 
 class DoneMessage(TypedDict):
@@ -132,6 +135,12 @@ class ErrorMessage(TypedDict):
     kind: str  # one of the kinds above
     message: str
     traceback: NotRequired[str]
+    line: NotRequired[int]  # the script's line that was running (a memory error)
+
+
+class WhereMessage(TypedDict):
+    t: Literal["where"]
+    line: int  # the script's line running when the child's timer fired (near the deadline)
 
 
 class ReadyMessage(TypedDict):
@@ -146,6 +155,7 @@ class SpareMessage(TypedDict):
     key: str  # the bindings it has compiled ("" for none)
     idle: bool  # it runs under SCHED_IDLE until the host lifts that
     replaces: int | None  # the spare whose run ended, for which this one was forked
+    trash: list[str]  # scratch folders their scripts changed, renamed out of the way: the host removes them
 
 
 class ForkedMessage(TypedDict):

@@ -31,6 +31,27 @@ TOOLS: list[tuple[str, Handler, str, dict[str, Any], dict[str, Any], bool]] = [
 ]
 
 
+#: what a run_code script's binding says about a tool whose description speaks of the text a
+#: direct call returns (numbered lines, one path per line): a script reads typed fields
+CODE_DESCRIPTIONS = {
+    "read": ("Read a UTF-8 text file from the workspace: `.content` holds its lines exactly as in the file "
+             "(no line numbers), `.start_line` the number of the first. Long files come in pieces: give "
+             "`offset` (first line) and `limit` (line count) to read further; `.truncated` says more "
+             "follows. Binary files are refused (ToolFailed)."),
+    "glob": ("Find files in the workspace whose path matches a glob pattern: `.paths`, relative to the "
+             "workspace root. Folders such as .git and node_modules are skipped."),
+    "grep": ("Search file contents in the workspace for a regular expression: `.matches`, each with "
+             "`.path`, `.line` (from 1) and `.text`. Binary files and folders such as .git and "
+             "node_modules are skipped."),
+    "list": ("List what a folder in the workspace holds, sorted by name: `.entries`, each with `.name`, "
+             "`.type` ('file', 'dir' or 'other') and `.size`. Not recursive: use glob to find files by "
+             "name anywhere below a folder."),
+    "edit": ("Replace text in a file: `old_string` becomes `new_string`. Copy old_string exactly from the "
+             "file, with enough surrounding lines to be unique. Fails (ToolFailed), changing nothing, "
+             "when old_string is missing or occurs more than once (unless replace_all)."),
+}
+
+
 def bind(handler: Handler, workspace: Workspace, settings: Settings) -> Callable[[dict[str, Any]], ToolResult]:
     """The handler for one Nexus: its workspace and settings bound in, and expected failures
     (a refused path, a missing file, a hunk that does not apply, a disk error) returned as
@@ -77,4 +98,5 @@ def register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
         # MCP's tool hints, for hosts that show or gate on them: writers may overwrite files.
         hints = {"readOnlyHint": not writes, **({"destructiveHint": True} if writes else {})}
         register(ToolDef(name=name, handler=bind(handler, workspace, settings), description=description,
-                         input_schema=input_schema, output_schema=output_schema, annotations=hints))
+                         input_schema=input_schema, output_schema=output_schema, annotations=hints,
+                         code_description=CODE_DESCRIPTIONS.get(name, "")))

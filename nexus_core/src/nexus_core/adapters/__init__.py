@@ -5,7 +5,8 @@ provider SDK is needed or imported: the SDKs' objects are read by duck typing.
 
 Four directions:
 - `to_provider_schemas(tools, format, **options)`: the tool declarations to send
-  (`nx.schemas(format, **options)`), OpenAI's strict mode among the options;
+  (`nx.schemas(format, **options)`), OpenAI's strict mode among the options
+  (`mcp_output_schema(schema)`: an output schema as MCP's outputSchema, an object);
 - `parse_tool_calls(reply, format)` / `parse_tool_call(block, format)`: what the model asked
   for, as `ToolCall`s for `nx.invoke`, from the SDK's reply object or its JSON;
 - `format_tool_result(result, format, call=call)`: a `ToolResult` as the message (or block, or
@@ -19,7 +20,7 @@ one are private; these names are the API.
 
 from ._calls import format_tool_call, parse_tool_call, parse_tool_calls
 from ._common import FORMATS, Format
-from ._declare import AllowedCallers, SchemaOptions, to_provider_schemas
+from ._declare import AllowedCallers, SchemaOptions, mcp_output_schema, to_provider_schemas
 from ._gemini import GeminiSchemaError, gemini_json_schema, gemini_schema
 from ._replies import format_tool_result
 from ._strict import StrictSchemaError, drop_optional_nulls, strict_schema
@@ -36,6 +37,7 @@ __all__ = [
     "format_tool_result",
     "gemini_json_schema",
     "gemini_schema",
+    "mcp_output_schema",
     "parse_tool_call",
     "parse_tool_calls",
     "strict_schema",

@@ -42,6 +42,26 @@ def _object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the mark of an MCP outputSchema that wraps a result that is not an object (FastMCP's own,
+#: so that its clients unwrap it as they do for FastMCP servers)
+WRAP_RESULT = "x-fastmcp-wrap-result"
+
+
+def is_object_schema(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "object" or (kind is None and "properties" in schema and not (
+        {"anyOf", "oneOf", "enum", "const"} & set(schema)))
+
+
+def mcp_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An output schema as MCP's `outputSchema`, which must describe an object: an object schema
+    as it is, any other (`-> int`, `-> list[str]`) wrapped as `{"result": ...}`, the way FastMCP
+    does (the result's structuredContent is then wrapped too: see format_tool_result)."""
+    if is_object_schema(schema):
+        return _object_schema(schema)
+    return {"type": "object", "properties": {"result": dict(schema)}, "required": ["result"], WRAP_RESULT: True}
+
+
 def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool = False,
                         allowed_callers: AllowedCallers | None = None,
                         json_schema: bool | None = None) -> list[dict[str, Any]]:
@@ -123,7 +143,7 @@ def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool =
     for t in tools:
         entry = {"name": t.name, "description": t.description, "inputSchema": _object_schema(t.input_schema)}
         if t.output_schema is not None:
-            entry["outputSchema"] = _object_schema(t.output_schema)
+            entry["outputSchema"] = mcp_output_schema(t.output_schema)
         hints = {k: t.annotations[k] for k in _MCP_ANNOTATIONS if k in t.annotations}
         if hints:
             entry["annotations"] = hints

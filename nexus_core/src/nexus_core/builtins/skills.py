@@ -59,7 +59,8 @@ def make_skill_tool(nexus: Nexus) -> Any:
                       "body": skill.body, "resources": list(skill.resources)}
         return ToolResult(id="", name="", output=format_skill(skill), output_structured=structured)
 
-    return native_tool("skill", _description(nexus), SKILL_SCHEMA, run=run)
+    # direct only: its instructions are for the model; a run_code script could not act on them
+    return native_tool("skill", _description(nexus), SKILL_SCHEMA, run=run, exposure="direct")
 
 
 @hookimpl

@@ -14,10 +14,12 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import difflib
 import importlib.abc
 import importlib.machinery
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -33,9 +35,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from .. import protocol
 from ..protocol import SCRIPT_FILENAME
 from .channel import MAX_LINE, Channel, ChannelClosed
-from .errors import describe, script_line
-from .output import StreamWriter
-
+from .errors import describe, script_line, unserializable
+from .output import MARKER_RESERVE, StreamWriter, Tail
 
 # -- the runtime the bindings call ------------------------------------------------------------
 
@@ -57,8 +58,43 @@ class ToolFailed(ToolError):
     """The tool ran (or could not) and returned an error."""
 
 
+_DICT_METHODS = frozenset({"get", "keys", "items", "values", "pop", "setdefault", "update", "copy"})
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in attrs.fields(cls)] if attrs.has(cls) else []
+
+
+class Record:
+    """The base of every class in `tools`: a result is an object with attributes, and a script
+    that treats it as a dict (`r["content"]`, `r.get("content")`) or guesses a field is told
+    which fields there are."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = type(self).__name__
+        fields = _field_names(type(self))
+        if name in _DICT_METHODS and name not in fields:
+            raise AttributeError(f"{cls} is an object, not a dict: read its fields as attributes "
+                                 f"({', '.join('.' + f for f in fields) or 'it has none'})")
+        close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+        hint = f"; did you mean .{close[0]}?" if close else ""
+        raise AttributeError(f"{cls} has no attribute {name!r}{hint} (its fields: {', '.join(fields) or 'none'})")
+
+    def __getitem__(self, key: Any) -> Any:
+        cls = type(self).__name__
+        fields = _field_names(type(self))
+        if isinstance(key, str) and key in fields:
+            raise TypeError(f"{cls} is an object, not a dict: write .{key}, not [{key!r}]")
+        raise TypeError(f"{cls} is an object, not a dict: read its fields as attributes "
+                        f"({', '.join('.' + f for f in fields) or 'it has none'})")
+
+
 @attrs.define(kw_only=True)
-class Result:
+class Result(Record):
     """What a tool without an output schema returns: its text output."""
 
     output: str = ""
@@ -70,6 +106,16 @@ def _json_overrides(cls: type) -> dict[str, Any]:
     return {f.name: override(rename=f.metadata["json"]) for f in attrs.fields(cls) if "json" in f.metadata}
 
 
+def _tolerant(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An unstructure function that lets a dict through where a class is expected: a script may
+    write a nested argument as a dict (`todos=[{"content": ...}]`); the host validates it."""
+
+    def unstructure(obj: Any) -> Any:
+        return obj if isinstance(obj, dict) else fn(obj)
+
+    return unstructure
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter()
     conv.register_structure_hook_factory(
@@ -77,7 +123,8 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook_factory(
         attrs.has,
-        lambda cls: make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **_json_overrides(cls)),
+        lambda cls: _tolerant(make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True,
+                                                       **_json_overrides(cls))),
     )
     return conv
 
@@ -93,21 +140,50 @@ def in_parallel() -> bool:
     return getattr(_local, "parallel", False)
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def signature_of(name: str) -> str:
+    """How the stubs show tool `name`'s function: `read(*, path: str, ...) -> ReadResult`."""
+    tools = sys.modules.get("tools")
+    signatures = getattr(tools, "_SIGNATURES", None) or {}
+    return str(signatures.get(name) or f"{name}(...)")
+
+
+def _bad_call(name: str, args_cls: type, kwargs: dict[str, Any]) -> TypeError:
+    """Why keywords do not fit a tool's Args class, with the function's real signature."""
+    fields = {f.alias or f.name: f for f in attrs.fields(args_cls)}
+    unknown = [k for k in kwargs if k not in fields]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(fields), n=1, cutoff=0.6)
+        if close:
+            return TypeError(f"tools.{name}() has no argument {unknown[0]!r}; did you mean {close[0]!r}? "
+                             f"It is {signature_of(name)}")
+        problem = f"tools.{name}() has no argument {unknown[0]!r}"
+    else:
+        missing = [k for k, f in fields.items() if f.default is attrs.NOTHING and k not in kwargs]
+        problem = f"tools.{name}() is missing its required argument {missing[0]!r}" if missing \
+            else f"tools.{name}() cannot take these arguments"
+    return TypeError(f"{problem}: it is {signature_of(name)}")
+
+
 def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], result_type: Any) -> Any:
     """Call tool `name` through the host; typed result, or ToolVetoed / ToolFailed."""
     if args is None:
         try:
             args = args_cls(**kwargs)
-        except TypeError as exc:
-            raise TypeError(f"tools.{name}: {exc}".replace("__init__() ", "")) from None
+        except TypeError:
+            raise _bad_call(name, args_cls, kwargs) from None
     elif kwargs:
-        raise TypeError(f"tools.{name}: pass an {args_cls.__name__} or keywords, not both")
+        raise TypeError(f"tools.{name}() takes {_a(args_cls.__name__)} or keywords, not both: it is {signature_of(name)}")
     if isinstance(args, dict):
         arguments = args
     elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
         arguments = converter.unstructure(args)
     else:
-        raise TypeError(f"tools.{name}: expected {args_cls.__name__}, got {type(args).__name__}")
+        raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
+                        f"{_a(type(args).__name__)}: it is {signature_of(name)}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
     reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
     result = reply.get("result") or {}
@@ -117,6 +193,8 @@ def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], resu
     if result_type is Result:
         return Result(output=result.get("output", ""), output_file=result.get("output_file"))
     data = result.get("output_structured")
+    if data is None and result_type is str:  # a text result is its output, whether or not it is JSON
+        return result.get("output", "")
     if data is None:
         try:
             data = json.loads(result.get("output") or "null")
@@ -137,6 +215,12 @@ def _json_default(value: Any) -> Any:
 
 #: the child's encoder: attrs instances from `tools` as their JSON form
 _encode = protocol.encoder(default=_json_default)
+
+
+#: how long before its deadline a script's child first says which line is running, and how often
+#: after that (a paused clock moves the deadline on: the last report before the kill counts)
+WHERE_AHEAD = 0.25
+WHERE_EVERY = 0.1
 
 
 #: bindings the zygote compiled ahead of the fork, by key
@@ -255,14 +339,37 @@ class Stage:
         self.channel = channel
         self.budget = [65536]
         self.flags = {"truncated": False}
-        self.out = StreamWriter(channel, "stdout", self.budget, self.flags)
-        self.err = StreamWriter(channel, "stderr", self.budget, self.flags)
+        self.tail = Tail()
+        self.out = StreamWriter(channel, "stdout", self.budget, self.flags, self.tail)
+        self.err = StreamWriter(channel, "stderr", self.budget, self.flags, self.tail)
         self.parallel: Any = parallel  # its MAX_WORKERS is set per run
         self.skills = types.ModuleType("skills", "Helpers of the active skills.")
         self.skills.__path__ = []
         self.finder = SkillHelpers({})
         self.module = types.ModuleType("__script__")
         self.module.__file__ = SCRIPT_FILENAME
+        signal.signal(signal.SIGALRM, self.report_where)
+
+    def report_where(self, signum: int, frame: types.FrameType | None) -> None:
+        """SIGALRM, near the deadline and every WHERE_EVERY seconds after: tell the host which of
+        the script's lines is running, so that a timeout can name it. Sent only when no other
+        thread (nor the code this handler interrupted) is writing to the pipe."""
+        line = None
+        while frame is not None:
+            if frame.f_code.co_filename == SCRIPT_FILENAME:
+                line = frame.f_lineno
+                break
+            frame = frame.f_back
+        if line is None:
+            return
+        lock = self.channel._wlock
+        if lock.acquire(blocking=False):
+            try:
+                protocol.write_all(self.channel.wfd, protocol.encode({"t": protocol.WHERE, "line": line}))
+            except OSError:
+                pass
+            finally:
+                lock.release()
 
 
 def install_modules(start: dict[str, Any], stage: Stage) -> None:
@@ -310,35 +417,59 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     global _channel
     _channel = channel
     stage = stage or Stage(channel)
-    stage.budget[0] = int(start.get("max_output_bytes", 65536))
+    cap = int(start.get("max_output_bytes", 65536))
+    if cap >= 4 * MARKER_RESERVE:
+        # the first half of the cap goes out as it is written; of the rest, only the last part
+        stage.budget[0] = cap - cap // 2
+        stage.tail.reset(cap // 2 - MARKER_RESERVE)
+    else:  # too small to split: the head alone
+        stage.budget[0] = cap
+        stage.tail.reset(0)
     flags, out, err, module = stage.flags, stage.out, stage.err, stage.module
     sys.stdout, sys.stderr = out, err
+    source = start.get("script", "")
+    timeout = float(start.get("timeout", 30))
+    # near the deadline the child says which line runs, so that the host's "timed out" names it
+    signal.setitimer(signal.ITIMER_REAL, max(timeout - WHERE_AHEAD, timeout / 2), WHERE_EVERY)
+
+    dropped = [0]
+
+    def finish_output() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        out.flush()
+        err.flush()
+        dropped[0] = stage.tail.send(channel)
+
     try:
         install_modules(start, stage)
         exec(load_code(start), module.__dict__)
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
-    except MemoryError:
-        out.flush()
-        err.flush()
-        return {"t": protocol.ERROR, "kind": protocol.MEMORY, "message": "memory limit exceeded"}
+    except MemoryError as exc:
+        line = script_line(exc.__traceback__)
+        finish_output()
+        error: dict[str, Any] = {"t": protocol.ERROR, "kind": protocol.MEMORY, "message": "memory limit exceeded"}
+        if line:
+            error["line"] = line
+        return error
     except BaseException as exc:  # the script's SystemExit and KeyboardInterrupt too
-        out.flush()
-        err.flush()
+        finish_output()
         line = script_line(exc.__traceback__)
         where = f"line {line}: " if line else ""
-        return {"t": protocol.ERROR, "kind": protocol.RUNTIME, "message": f"{where}{describe(exc, start.get('script', ''))}",
+        return {"t": protocol.ERROR, "kind": protocol.RUNTIME, "message": f"{where}{describe(exc, source)}",
                 "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-    out.flush()
-    err.flush()
+    finish_output()
     try:
         text = json.dumps(value, default=_json_default, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
-        return {"t": protocol.ERROR, "kind": protocol.UNSERIALIZABLE, "message": str(exc)}
+        return {"t": protocol.ERROR, "kind": protocol.UNSERIALIZABLE, "message": unserializable(value, exc)}
     limit = int(start.get("max_result_bytes", 1 << 20))
     if len(text) > limit:
-        return {"t": protocol.ERROR, "kind": protocol.TOO_LARGE, "message": f"{len(text)} bytes (the limit is {limit})"}
-    return {"t": protocol.DONE, "result": text, "truncated": flags["truncated"]}
+        return {"t": protocol.ERROR, "kind": protocol.TOO_LARGE,
+                "message": f"{len(text)} bytes (the limit is {limit})"}
+    # output was lost when the tail dropped some, or (no tail: a tiny cap) when the head filled up
+    truncated = dropped[0] > 0 or (flags["truncated"] and not stage.tail.capacity)
+    return {"t": protocol.DONE, "result": text, "truncated": truncated}
 
 
 def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:

@@ -18,12 +18,15 @@ request event and the session folder).
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import logging
 import os
+import re
 import statistics
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,6 @@ from nexus_core import (
     CodeExecRequest,
     CodeExecResult,
     Nexus,
-    SkillContent,
     ToolDef,
     ToolResult,
 )
@@ -44,11 +46,21 @@ from .. import protocol, sandbox
 from ..launchers.base import Launcher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
-from .bindings import Bindings, generate
-from .check import ScriptRejected, check_script, skill_module_name
+from .bindings import Bindings, BindingsCache
+from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
 from .fastpath import Seat
-from .runner import Outcome, ScriptRun, Settings
+from .runner import (
+    CALLS_IN_FLIGHT_PER_WORKER,
+    MAX_CALLS_PAST_LIMIT,
+    MAX_PENDING_CALL_BYTES,
+    OUTPUT_SLACK_BYTES,
+    Outcome,
+    ScriptRun,
+    Settings,
+)
 from .session import SessionFiles, SessionStore, folder_for
+from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
+from .streaming import RECORD_BUDGET
 
 log = logging.getLogger("nexus_tool_code_exec")
 
@@ -76,25 +88,101 @@ OUTPUT_SCHEMA = {
     },
 }
 
-INTRO = """Run one Python script that calls many tools in a single step, in a sandbox.
+#: the companion tool: the exact stubs of the tools that match, when the description lists groups
+API_TOOL = "run_code_api"
 
-The script must define `def run(ctx):`; whatever it returns (JSON-serializable) is the result, and
-what it prints is streamed back. Import `tools` to call the tools below (typed: pass an Args object
-or keywords), `parallel` to fan out (`parallel.map(items, fn)`, `parallel.for_each(items, fn)`,
-`parallel.all(*fns)`: ordered results, at most {max_workers} at once, the first error is raised),
-and only these modules: {allowed}.{skills} No threads, processes, files outside the scratch
-folder or network. Limits: {timeout}s, {output} bytes of output, {calls} tool calls.
+API_INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string",
+                  "description": "Words to look for in the tools' names, groups and descriptions."},
+        "names": {"type": "array", "items": {"type": "string"},
+                  "description": "Tool names, or group names as run_code's description lists them."},
+    },
+    "additionalProperties": False,
+}
+
+API_DESCRIPTION = (
+    "The Python functions a run_code script can call, for the tools that match: give `query` (words "
+    "to search for) or `names` (tools, or groups as run_code's description lists them). Returns each "
+    "tool's exact signature, its docstring and the classes of its result, to call as tools.NAME(...)."
+)
+
+#: how many tools a query returns at most (names return every tool they name)
+API_QUERY_LIMIT = 12
+#: the most characters the group lines of run_code's description take
+GROUP_LINES_BUDGET = 2400
+
+INTRO = """Run a Python script that calls the tools below as Python functions: many calls in one step, in a sandbox.
+
+The script defines `def run(ctx):`. What it returns (JSON-serializable) is the result; what it prints comes back as text.
+- `import tools`, then call a tool with keywords: `r = tools.{example_tool}`. It returns the class its stub shows: read fields as attributes (`r.{example_field}`), not keys.
+- `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]` and `parallel.all(f, g)` is `[f(), g()]`, at most {max_workers} at once, in order; the first error is raised.
+- Other imports: {allowed}.{skills}
+- `ctx.call_id` is this call's id; `ctx.remaining()` the seconds left. The working folder is a scratch folder of this run alone, empty at the start and deleted after it: read and write the workspace's files with the tools, not open().
+- No threads, processes or network. Limits: {timeout}s, {calls} tool calls; you read at most {text} bytes (the middle of longer output is dropped).
 
 Example:
-    import tools, parallel
+{example}
+"""
+
+EXAMPLE_FILES = """    import tools, parallel
 
     def run(ctx):
-        paths = ...
+        paths = tools.glob(pattern="**/*.md").paths
         texts = parallel.map(paths, lambda p: tools.read(path=p).content)
-        print(len(texts), "files")
-        return {{"count": len(texts)}}
-
+        print(len(paths), "files")
+        return {"lines": sum(len(t.splitlines()) for t in texts)}
 """
+
+EXAMPLE_ANY = """    import tools, parallel
+
+    def run(ctx):
+        results = parallel.map(["a", "b", "c"], lambda x: tools.{name}({arg}=x))
+        return [str(r) for r in results]
+"""
+
+GROUPS_NOTE = """# {count} tools, too many to list here; their groups follow. Before writing the script, call the
+# {api} tool with query="what you need" (or names=[...]) for the exact functions and result classes.
+"""
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[^0-9a-z]+", text.lower()) if w]
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """`text` within `limit` bytes (UTF-8): its head and its tail, and between them a line saying
+    how many bytes were dropped."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    keep = max(limit - 64, 2)
+    head = data[: keep - keep // 2].decode("utf-8", "ignore")
+    tail = data[len(data) - keep // 2:].decode("utf-8", "ignore")
+    dropped = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return (head + ("" if head.endswith("\n") else "\n") + f"[... {dropped} bytes dropped ...]\n" + tail)
+
+
+def result_text(outcome: Outcome, limit: int = 1 << 62) -> str:
+    """What a model reads of a successful run, within `limit` bytes (`max_text_bytes`): what the
+    script printed, as plain text, then run's return value (a string as it is, anything else as
+    JSON), after `--- result ---`."""
+    return cut_middle(_result_text(outcome), limit)
+
+
+def _result_text(outcome: Outcome) -> str:
+    stdout = outcome.stdout
+    if outcome.result is None:
+        return stdout if stdout else "(the script printed nothing and returned None)"
+    value = outcome.result
+    shown = value if isinstance(value, str) else (outcome.result_json if outcome.result_json is not None
+                                                  else json.dumps(value, ensure_ascii=False))
+    if not isinstance(value, str) and outcome.result_json is not None and "\\u" in shown:
+        shown = json.dumps(value, ensure_ascii=False)  # the child's JSON escapes non-ASCII text
+    if not stdout:
+        return shown
+    return stdout + ("" if stdout.endswith("\n") else "\n") + "--- result ---\n" + shown
 
 
 @attrs.define
@@ -107,6 +195,7 @@ class _Run:
     folder: Path | None  # its session folder, where scripts are persisted
     skills: dict[str, list[tuple[str, str]]] = attrs.field(factory=dict)  # the active skills' helpers
     tree: ast.Module | None = None  # the script, as its check parsed it
+    code: types.CodeType | None = None  # the script, as its check compiled it
     files: SessionFiles | None = None  # its session folder's files, open while it runs
     announced: bool = False  # the request event fired
 
@@ -129,8 +218,11 @@ class CodeExec:
             # its clear "timed out after Ns") first
             cpu_seconds=float(config["cpu_seconds"] or int(config["timeout_seconds"]) + 1),
         )
+        self.max_listed_tools = int(config.get("max_listed_tools", 30))
+        self.max_text_bytes = int(config.get("max_text_bytes", 65536))
         self.sessions = SessionStore()
         self._lock = threading.Lock()
+        self._pieces = BindingsCache()
         self._bindings: tuple[Any, Bindings] | None = None
         self._launcher: Launcher | None = None
         self.launcher_note = "not started yet"
@@ -138,39 +230,179 @@ class CodeExec:
         self._missing: tuple[str, list[str]] | None = None
         #: the runs being served, by run_code call id (to stop a run's clock while a person decides)
         self._serving: dict[str, ScriptRun] = {}
+        #: the plugin's `register` (from nexus_register_tools), for the companion tool
+        self._register: Any = None
+        self._description: str | None = None
+        #: the skill helper modules the description names (read again when skills change)
+        self._skill_modules: list[str] | None = None
 
     # -- the tool ---------------------------------------------------------------------------
 
-    def tooldef(self) -> ToolDef:
+    def tooldefs(self, register: Any) -> None:
+        """Register run_code (and, when the description lists groups, its companion tool)."""
+        self._register = register
+        register(self.tooldef())
+        self._sync_api_tool()
+
+    def tooldef(self, description: str | None = None) -> ToolDef:
+        self._description = description if description is not None else self.description()
         return ToolDef(
             name=TOOL_NAME,
             handler=self.handle,
-            description=self.description(),
+            description=self._description,
             input_schema=INPUT_SCHEMA,
             output_schema=OUTPUT_SCHEMA,
             takes_context=True,
+            exposure="direct",  # a script cannot call run_code
         )
 
-    def description(self) -> str:
-        skills = self.skill_helpers()
+    def api_tooldef(self) -> ToolDef:
+        return ToolDef(name=API_TOOL, handler=self.api, description=API_DESCRIPTION,
+                       input_schema=API_INPUT_SCHEMA, exposure="direct")
+
+    def bound_tools(self) -> list[ToolDef]:
+        """The tools a script can call: every tool but run_code, its companion and the tools
+        whose `exposure` is "direct"."""
+        return [t for t in self.nexus.tools() if t.name not in (TOOL_NAME, API_TOOL) and t.exposure != "direct"]
+
+    def lists_groups(self, count: int | None = None) -> bool:
+        """Whether the description names groups instead of listing every tool's stub."""
+        if count is None:
+            count = len(self.bound_tools())
+        return count > self.max_listed_tools
+
+    def description(self, bound: list[ToolDef] | None = None) -> str:
+        if self._skill_modules is None:
+            self._skill_modules = sorted(self.skill_helpers())
+        skills = self._skill_modules
         skill_text = ""
         if skills:
-            skill_text = " Skill helpers: " + ", ".join(f"skills.{n}" for n in sorted(skills)) + "."
+            skill_text = " Skill helpers: " + ", ".join(f"skills.{n}" for n in skills) + "."
+        if bound is None:
+            bound = self.bound_tools()
+        names = {t.name for t in bound}
+        if {"glob", "read"} <= names:
+            example = EXAMPLE_FILES
+            example_tool, example_field = 'read(path="notes.md")', "content"
+        else:
+            first = next((t for t in bound if (t.input_schema or {}).get("properties")), None)
+            tool_name = first.name if first is not None else "NAME"
+            arg = next(iter((first.input_schema or {}).get("properties") or {"arg": 0})) if first else "arg"
+            example = EXAMPLE_ANY.format(name=tool_name, arg=arg)
+            example_tool, example_field = f'{tool_name}({arg}="...")', "output"
         intro = INTRO.format(
+            example_tool=example_tool,
+            example_field=example_field,
             max_workers=self.settings.max_workers,
             allowed=", ".join(self.config["allowed_packages"]),
             skills=skill_text,
             timeout=f"{self.settings.timeout_seconds:g}",
-            output=self.settings.max_output_bytes,
+            text=min(self.max_text_bytes, self.settings.max_output_bytes + self.settings.max_result_bytes),
             calls=self.settings.max_tool_calls,
+            example=example,
         )
-        return intro + self.bindings().stubs
+        if self.lists_groups(len(bound)):
+            return intro + "\n" + self.groups_text(bound)
+        return intro + "\n" + self.bindings().stubs
+
+    # -- groups and the companion tool ------------------------------------------------------
+
+    @staticmethod
+    def group_of(tool: ToolDef) -> str:
+        """The group a tool is listed in: its MCP server, else the plugin that gave it."""
+        server = tool.annotations.get("mcp_server") if isinstance(tool.annotations, dict) else None
+        if isinstance(server, str) and server:
+            return f"MCP server {server}"
+        return tool.plugin or "the host's own tools"
+
+    def groups(self, bound: list[ToolDef] | None = None) -> dict[str, list[str]]:
+        """{group: [tool name, ...]}, the largest groups first."""
+        out: dict[str, list[str]] = {}
+        for tool in bound if bound is not None else self.bound_tools():
+            out.setdefault(self.group_of(tool), []).append(tool.name)
+        return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+
+    def groups_text(self, bound: list[ToolDef]) -> str:
+        """One line per group, with how many tools it has (and their names, while they fit)."""
+        lines = [GROUPS_NOTE.format(count=len(bound), api=API_TOOL)]
+        groups = self.groups(bound)
+        used = 0
+        for i, (group, names) in enumerate(groups.items()):
+            shown = ", ".join(names) if len(names) <= 8 else "e.g. " + ", ".join(names[:4]) + ", ..."
+            line = f"# - {group}: {len(names)} tool{'s' if len(names) != 1 else ''} ({shown})\n"
+            if used + len(line) > GROUP_LINES_BUDGET:
+                rest = len(groups) - i
+                lines.append(f"# - and {rest} more group{'s' if rest != 1 else ''}: {API_TOOL} names them\n")
+                break
+            lines.append(line)
+            used += len(line)
+        return "".join(lines)
+
+    def api(self, arguments: dict[str, Any]) -> str:
+        """run_code_api: the exact stubs of the tools that match `query` or `names`."""
+        query = arguments.get("query") or ""
+        wanted = arguments.get("names") or []
+        bindings = self.bindings()
+        bound = [bindings.by_tool[name][1].tool for name in bindings.by_tool]
+        groups = self.groups(bound)
+        chosen: list[str] = []
+        notes: list[str] = []
+        by_function = {fname: piece.tool.name for fname, piece in bindings.pieces}
+        for name in wanted:
+            if name in bindings.by_tool:
+                chosen.append(name)
+            elif name in by_function:
+                chosen.append(by_function[name])
+            elif name in groups:
+                chosen += groups[name]
+            else:
+                close = difflib.get_close_matches(name, [*bindings.by_tool, *groups], n=1)
+                notes.append(f"# no tool or group {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+        if query:
+            words = _words(query)
+            scored = []
+            for tool in bound:
+                name_words = set(_words(tool.name))
+                group_words = set(_words(self.group_of(tool)))
+                text_words = set(_words(tool.description))
+                score = sum(3 * (w in name_words or w in tool.name.lower()) + 2 * (w in group_words)
+                            + (w in text_words) for w in words)
+                if score:
+                    scored.append((-score, tool.name))
+            found = [name for _, name in sorted(scored)[:API_QUERY_LIMIT]]
+            if not found:
+                notes.append(f"# no tool matches {query!r}; the groups: " + ", ".join(groups))
+            chosen += found
+        if not wanted and not query:
+            notes.append("# give query= or names=; the groups: " + "; ".join(
+                f"{g} ({', '.join(n)})" for g, n in groups.items()))
+        unique = list(dict.fromkeys(chosen))
+        text = "\n\n\n".join(bindings.stub_of(name) for name in unique)
+        return "\n".join(notes) + ("\n\n" if notes and text else "") + text
+
+    def _sync_api_tool(self, count: int | None = None) -> None:
+        """Offer the companion tool exactly while the description lists groups."""
+        if self._register is None or self._closed:
+            return
+        present = self.nexus.tool(API_TOOL)
+        wanted = self.lists_groups(count)
+        if wanted and present is None:
+            try:
+                self._register(self.api_tooldef())
+            except Exception:  # a tool of that name from someone else: the groups still show
+                log.exception("run_code: could not register %s", API_TOOL)
+        elif not wanted and present is not None and present.plugin == self.plugin_id:
+            self.nexus.remove_tool(API_TOOL)
 
     def _refresh_description(self) -> None:
         current = self.nexus.tool(TOOL_NAME)
         if current is None or current.plugin != self.plugin_id or self._closed:
             return
-        self.nexus.replace_tool(self.tooldef(), plugin=self.plugin_id)
+        bound = self.bound_tools()
+        description = self.description(bound)
+        if description != self._description:
+            self.nexus.replace_tool(self.tooldef(description), plugin=self.plugin_id)
+        self._sync_api_tool(len(bound))
 
     # -- bindings and skills ----------------------------------------------------------------
 
@@ -180,33 +412,34 @@ class CodeExec:
             from nexus_core.skills import active_skills
         except ImportError:
             return {}
-        helpers: dict[str, list[tuple[str, str]]] = {}
-        for skill in active_skills(self.nexus):
-            folder = Path(skill.path)
-            if folder.is_file():
-                folder = folder.parent
-            files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.name.startswith("test_"))
-            if files:
-                helpers[skill_module_name(skill.name)] = [
-                    (p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files
-                ]
-        return helpers
+        skills = active_skills(self.nexus)
+        return read_helpers(skills, {skill.name: skill_module_name(skill.name) for skill in skills})
 
     def bindings(self) -> Bindings:
         key = self.nexus.tools_version
         with self._lock:
-            if self._bindings is None or self._bindings[0] != key:
-                self._bindings = (key, generate(self.nexus.tools(), skip={TOOL_NAME}))
-            return self._bindings[1]
+            cached = self._bindings
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        made = self._pieces.assemble(self.bound_tools())
+        with self._lock:
+            self._bindings = (key, made)
+        return made
 
-    def tools_changed(self, tool: ToolDef) -> None:
+    def tools_changed(self, tool: ToolDef, gone: bool = False) -> None:
         """A tool came or went (the plugin's nexus_tool_register / nexus_tool_unregister):
-        the description lists the tools, so it follows."""
-        if tool.name != TOOL_NAME:
-            self._refresh_description()
+        its piece of the bindings is made (or forgotten) now, and the description follows."""
+        if tool.name in (TOOL_NAME, API_TOOL):
+            return
+        if gone:
+            self._pieces.forget(tool.name)
+        elif tool.exposure != "direct":
+            self._pieces.piece(tool)
+        self._refresh_description()
 
     def skills_changed(self) -> None:
         """A skill was activated or deactivated: the description lists the skills' helpers."""
+        self._skill_modules = None
         self._refresh_description()
 
     # -- a run, top to bottom ------------------------------------------------------------------
@@ -217,7 +450,8 @@ class CodeExec:
     def execute(self, script: str, call_id: str, *, record: bool = True) -> Outcome:
         """Check and run one script. With `record` (the tool's own calls), persist it and fire
         the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
-        run = self._request(script, call_id, record)
+        # a script sent inside markdown fences runs as the code inside them
+        run = self._request(unfence(script), call_id, record)
         outcome = self._check(run)
         if outcome is None:
             outcome = self._run(run)
@@ -233,8 +467,9 @@ class CodeExec:
         """The script's check, and the sandbox's: None if it may run, else why not."""
         run.skills = self.skill_helpers()
         try:
-            run.tree = check_script(run.script, self.config["allowed_packages"], active_skills=run.skills,
-                                    reject_threads=self.config["reject_threads"])
+            run.tree, run.code = check_and_compile(
+                run.script, self.config["allowed_packages"], active_skills=run.skills,
+                reject_threads=self.config["reject_threads"], api=self.bindings())
         except ScriptRejected as exc:
             return Outcome(error=str(exc))
         missing = self.missing_required()
@@ -289,10 +524,11 @@ class CodeExec:
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
         }
-        # compiled here, from the tree the check parsed: the child only loads it (a fresh child
-        # compiles several times slower than this warm process, see child.runtime.load_code)
-        assert run.tree is not None
-        start["code"] = protocol.pack_code(compile(run.tree, protocol.SCRIPT_FILENAME, "exec", dont_inherit=True))
+        # compiled here (by the check, from the tree it parsed): the child only loads it (a
+        # fresh child compiles several times slower than this warm process, see
+        # child.runtime.load_code)
+        assert run.code is not None
+        start["code"] = protocol.pack_code(run.code)
         return start
 
     def _announce(self, run: _Run) -> None:
@@ -310,10 +546,11 @@ class CodeExec:
         """The run's session folder, and the result event for a run that was announced."""
         if run.record:
             if run.folder is not None:
-                self.sessions.persist(run.folder, run.files, run.script, outcome)
+                # a record that cannot be written is an error of the run (persist logs it too)
+                outcome.record_error = self.sessions.persist(run.folder, run.files, run.script, outcome)
             if run.announced:
                 self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
-                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=outcome.error,
+                    call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=self._error_of(outcome),
                     stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
                     tool_calls=len(outcome.call_lines),
                 ))
@@ -326,7 +563,18 @@ class CodeExec:
             log.exception("an observer of nexus_code_exec_stdout raised")
 
     @staticmethod
-    def _result(outcome: Outcome) -> ToolResult:
+    def _error_of(outcome: Outcome) -> str | None:
+        """The run's error, and that its record could not be written: `record failed: ...` for a
+        run that otherwise succeeded (its result stays in output_structured)."""
+        if outcome.record_error is None:
+            return outcome.error
+        if outcome.error is None:
+            return f"record failed: {outcome.record_error}"
+        return f"{outcome.error}\n(and record failed: {outcome.record_error})"
+
+    def _result(self, outcome: Outcome) -> ToolResult:
+        """The tool's result: `output_structured` is `{"stdout", "result", "stdout_truncated"}`
+        (empty keys left out) for programs; `output` is the text a model reads (`result_text`)."""
         body: dict[str, Any] = {}
         if outcome.stdout:
             body["stdout"] = outcome.stdout
@@ -334,11 +582,13 @@ class CodeExec:
             body["result"] = outcome.result
         if outcome.stdout_truncated:
             body["stdout_truncated"] = True
-        if outcome.error is not None:
-            text = outcome.error + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
-            return ToolResult(id="", name=TOOL_NAME, output=text, error=outcome.error,
-                              output_structured=body or None, error_kind="failure")
-        return ToolResult(id="", name=TOOL_NAME, output=json.dumps(body, ensure_ascii=False),
+        error = self._error_of(outcome)
+        if error is not None:
+            where = f" ({outcome.where})" if outcome.where else ""
+            text = error + where + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
+            return ToolResult(id="", name=TOOL_NAME, output=cut_middle(text, self.max_text_bytes),
+                              error=error, output_structured=body or None, error_kind="failure")
+        return ToolResult(id="", name=TOOL_NAME, output=result_text(outcome, self.max_text_bytes),
                           output_structured=body)
 
     # -- the launcher and the sandbox ---------------------------------------------------------
@@ -419,6 +669,7 @@ class CodeExec:
         pid = launcher.pid  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
+        lines += self.budget_lines()
         for missing in self.missing_required():
             lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
         if not self.missing_required():
@@ -426,6 +677,25 @@ class CodeExec:
                 lines.append(f"a trivial run costs {self.trivial_run_ms():.2f} ms (median of 20, a spare child waiting)")
             except Exception as exc:
                 lines.append(f"error: a trivial run failed: {exc}")
+        return lines
+
+    def budget_lines(self) -> list[str]:
+        """`nexus doctor`'s lines on what a script may make the host hold or do, and on records."""
+        settings = self.settings
+        lines = [
+            f"host budget per run: {CALLS_IN_FLIGHT_PER_WORKER * settings.max_workers} calls in flight "
+            f"({CALLS_IN_FLIGHT_PER_WORKER} x max_workers; past them the child waits), "
+            f"{MAX_PENDING_CALL_BYTES >> 20} MiB of pending call messages, {MAX_CALLS_PAST_LIMIT} calls refused "
+            f"past max_tool_calls ({settings.max_tool_calls}), output read up to {OUTPUT_SLACK_BYTES >> 20} MiB "
+            f"past max_output_bytes; past any but the first the run is stopped with an error naming the limit",
+            f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
+            f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
+        ]
+        if self.config["persist_scripts"]:
+            where = Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id
+            lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
+                         f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "
+                         "cannot be written is the run's error")
         return lines
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -441,6 +711,8 @@ class CodeExec:
         self._closed = True
         with self._lock:
             launcher, self._launcher = self._launcher, None
-        if launcher is not None:
-            launcher.close()
-        self.sessions.close()
+        try:
+            if launcher is not None:
+                launcher.close()
+        finally:
+            self.sessions.close()

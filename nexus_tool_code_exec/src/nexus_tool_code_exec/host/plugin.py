@@ -40,7 +40,7 @@ class CodeExecPlugin:
         from .engine import CodeExec  # here, not at import: `nexus --help` imports this module
 
         self.engine = CodeExec(self.nexus, self.config, plugin_id=PLUGIN_ID)
-        register(self.engine.tooldef())
+        self.engine.tooldefs(register)
 
     # run_code's description lists the other tools and the active skills: keep it current
     @hookimpl
@@ -51,7 +51,7 @@ class CodeExecPlugin:
     @hookimpl
     def nexus_tool_unregister(self, tool: ToolDef) -> None:
         if self.engine is not None:
-            self.engine.tools_changed(tool)
+            self.engine.tools_changed(tool, gone=True)
 
     @hookimpl
     def nexus_skill_loaded(self) -> None:

@@ -30,6 +30,7 @@ import attrs
 from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
 
 from .. import protocol
+from ..child.errors import where_text
 from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath
@@ -48,6 +49,27 @@ DEADLINE_GRACE = 0.25
 #: while a run's clock is stopped (a person decides about an inner call), how often the waiting
 #: thread looks again
 PAUSED_POLL = 0.5
+
+# -- the host's budget for one run: what a script can make the host hold or do -----------------
+#: calls the host holds for one run at a time (received, not yet answered), per max_workers: a
+#: script whose parallel.map keeps every worker busy has max_workers; past twice that, the host
+#: stops reading the child until one is answered (the child's writes then wait in its pipe)
+CALLS_IN_FLIGHT_PER_WORKER = 2
+#: bytes of call messages the host holds for one run at a time; past it the run is stopped (one
+#: call alone may be up to MAX_MESSAGE)
+MAX_PENDING_CALL_BYTES = 128 * 1024 * 1024
+#: calls refused past max_tool_calls before the run is stopped: each still costs the host a
+#: refusal through the result gates and observers, and a line of calls.jsonl
+MAX_CALLS_PAST_LIMIT = 100
+#: output the host reads past max_output_bytes (and drops) before it stops the run: the runtime
+#: honours the cap itself, so only a forged message goes past it; one, up to MAX_MESSAGE, is
+#: dropped like any output past the cap, an endless stream of them is not read for ever
+OUTPUT_SLACK_BYTES = MAX_MESSAGE
+#: OUT messages per byte of max_output_bytes, and some: the runtime never sends an empty one but
+#: the one that says the output was cut
+OUTPUT_SLACK_MESSAGES = 1024
+#: how often a reader held back by the in-flight bound looks whether its run is over
+_BACKPRESSURE_POLL = 0.1
 
 #: the host's encoder: what JSON has no type for (in a tool's output_structured) as its str()
 _encode = protocol.encoder(default=str)
@@ -75,6 +97,11 @@ class Outcome:
     #: the inner calls, each a line of calls.jsonl (JSON, with its newline)
     call_lines: list[str] = attrs.field(factory=list)
     duration: float = 0.0
+    #: why the run's record (its session folder) could not be written, when it could not
+    record_error: str | None = None
+    #: for a timeout or a memory error: the script's line that was running (`at line 4: while
+    #: True:`), which the text a model reads adds to `error`
+    where: str | None = None
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -86,6 +113,11 @@ class ProtocolError(Exception):
     """The child sent something that is not the protocol."""
 
 
+class BudgetExceeded(ProtocolError):
+    """The child made the host hold or do more than one run may: the run is stopped, and its
+    error is this exception's message as it stands (it names the limit)."""
+
+
 @attrs.define
 class _Ending:
     """How serving one child ended: its final message (DONE or ERROR), or the protocol violation
@@ -93,7 +125,7 @@ class _Ending:
 
     final: dict[str, Any] | None = None
     violation: str | None = None
-    error: str | None = None  # the host's own failure to serve it
+    error: str | None = None  # the host's own failure to serve it, or a budget it exceeded
     timed_out: bool = False
     status: int | None = None  # its exit status, where it had to be killed
     cpu_seconds: float | None = None
@@ -150,6 +182,21 @@ class ScriptRun:
         self._watchdog: Watchdog | None = None  # the deadline of the child being served
         self._pauses = 0  # pauses asked for before a watchdog was running (or between two)
         self._tell_spin = False  # the next answer tells the child to poll for the ones after it
+        # the host's budget for this run (see MAX_PENDING_CALL_BYTES and the rest)
+        self._budget = threading.Condition()
+        self._in_flight = 0  # calls received, not yet answered
+        self._pending_bytes = 0  # their messages' bytes
+        self._held: dict[int, int] = {}  # id() of each such message -> its size
+        self._past_limit = 0  # calls refused past max_tool_calls
+        self._out_bytes = 0
+        self._out_messages = 0
+        self._serving = False  # a child is being served: a reader held back may go on waiting
+        self._exceeded: str | None = None  # the budget error that stopped the run
+        self.max_in_flight = CALLS_IN_FLIGHT_PER_WORKER * max(1, settings.max_workers)
+        self.max_output = settings.max_output_bytes + OUTPUT_SLACK_BYTES
+        self.max_out_messages = settings.max_output_bytes + OUTPUT_SLACK_MESSAGES
+        self.where_line: int | None = None  # the line the child last said was running
+        self._script = ""
         # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
 
@@ -165,6 +212,7 @@ class ScriptRun:
         successor: a child of a new zygote from `launcher`, which runs the script from the
         start. Nothing was lost: a script acts only through messages, and it sent none."""
         began = time.monotonic()
+        self._script = start.get("script") or ""
         ending = self._serve(seat, start, meanwhile)
         if ending.lost:
             try:
@@ -188,6 +236,8 @@ class ScriptRun:
                 watchdog.pause()
         pipe = _Pipe(child, fastpath.reader_of(child), LineReader(self.max_message))
         ending = _Ending()
+        with self._budget:
+            self._serving = True
         try:
             self._send(self._start_for(child, start))
             if meanwhile is not None:
@@ -195,6 +245,9 @@ class ScriptRun:
             ending.final, ending.violation = self._read_to_the_end(seat, pipe)
         finally:
             seat.release()
+            with self._budget:
+                self._serving = False  # a reader held back by the in-flight bound lets go
+                self._budget.notify_all()
             with self._write_lock:
                 self._watchdog = None
             watchdog.cancel()
@@ -325,9 +378,15 @@ class ScriptRun:
                 self._messages += 1
                 kind = msg.get("t")
                 if kind == protocol.OUT:
+                    self._count_output(msg.get("d"))
+                    dropped = msg.get("dropped")
+                    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0:
+                        self.streamer.mark(dropped)  # the tail follows
                     self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
                     if msg.get("truncated") is True:
                         self.streamer.truncated = True
+                    elif msg.get("held") is True:
+                        self.streamer.held = True
                 elif kind == protocol.CALL:
                     if hand_off:
                         pipe.first_call = (msg, lines.size)
@@ -335,10 +394,56 @@ class ScriptRun:
                     self._dispatch_call(msg, lines.size)
                 elif kind in (protocol.DONE, protocol.ERROR):
                     return msg, None
+                elif kind == protocol.WHERE:
+                    line = msg.get("line")
+                    if isinstance(line, int) and not isinstance(line, bool):
+                        self.where_line = line
                 else:
                     return None, f"an unknown message type {kind!r}"
             except (ProtocolError, protocol.FramingError) as exc:
                 return None, str(exc)
+
+    # -- the host's budget ------------------------------------------------------------------------
+
+    def _count_output(self, data: Any) -> None:
+        """An OUT message: the child honours max_output_bytes itself, so one that goes far past
+        it (or sends pieces without output) is not the runtime speaking."""
+        self._out_messages += 1
+        if isinstance(data, str):
+            self._out_bytes += len(data)
+        if self._out_bytes > self.max_output or self._out_messages > self.max_out_messages:
+            raise ProtocolError(f"more output than max_output_bytes ({self.settings.max_output_bytes}) allows")
+
+    def _admit(self, msg: dict[str, Any], size: int, parallel: bool) -> None:
+        """Take the call `msg` of `size` bytes into the run's budget, or stop the run. A parallel call
+        beyond the calls in flight the host holds waits here, on the thread that reads the
+        child, so the child's further messages wait in its pipe."""
+        with self._budget:
+            if parallel:
+                while self._in_flight >= self.max_in_flight and self._serving:
+                    self._budget.wait(_BACKPRESSURE_POLL)
+            if not self._serving:  # the run ended while this reader waited: nobody to answer
+                raise ProtocolError("a call after the run was over")
+            if self._in_flight and self._pending_bytes + size > MAX_PENDING_CALL_BYTES:
+                self._exceeded = (
+                    f"host limit exceeded: the script's calls waiting for an answer held more than "
+                    f"{MAX_PENDING_CALL_BYTES >> 20} MiB of arguments at once, the most the host keeps for one run "
+                    f"({self._in_flight + 1} calls, {self._pending_bytes + size} bytes); it was stopped")
+                raise BudgetExceeded(self._exceeded)
+            self._in_flight += 1
+            self._pending_bytes += size
+            self._held[id(msg)] = size
+
+    def _settle(self, msg: dict[str, Any]) -> None:
+        """The call `msg` is answered (its answer about to go out): its place in the budget is
+        free. Once per call, whichever way its answer goes."""
+        with self._budget:
+            size = self._held.pop(id(msg), None)  # the message is alive until then: its id is its own
+            if size is None:
+                return
+            self._in_flight -= 1
+            self._pending_bytes -= size
+            self._budget.notify_all()
 
     # -- answering tool calls -------------------------------------------------------------------
 
@@ -347,10 +452,18 @@ class ScriptRun:
             raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
         self._calls += 1
         if self._calls > self.settings.max_tool_calls:
+            self._past_limit += 1
+            if self._past_limit > MAX_CALLS_PAST_LIMIT:
+                self._exceeded = (
+                    f"tool call limit exceeded: the script went on calling after its limit of "
+                    f"{self.settings.max_tool_calls} calls ({MAX_CALLS_PAST_LIMIT} more were refused); it was stopped")
+                raise BudgetExceeded(self._exceeded)
             limit = f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls"
             call = self._call_of(msg)
+            self._admit(msg, size, parallel=False)
             self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
             return
+        self._admit(msg, size, bool(msg.get("p")))
         if msg.get("p"):
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
@@ -367,7 +480,7 @@ class ScriptRun:
             self._answer_call(msg, size)
         except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
             log.exception("run_code: answering a call of %s failed", self.call_id)
-            self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}")
+            self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}", size)
 
     def _call_of(self, msg: dict[str, Any]) -> ToolCall:
         args = msg.get("args")
@@ -398,6 +511,9 @@ class ScriptRun:
             reply["output_file"] = result.output_file
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
+        # settled before the answer goes out: the call the child makes next, once it has it,
+        # then never finds this one still counted
+        self._settle(msg)
         answer: protocol.ResultMessage = {"t": protocol.RESULT, "id": rid, "result": reply}
         if self._tell_spin:
             self._tell_spin = False
@@ -406,7 +522,8 @@ class ScriptRun:
         # turned into its line of calls.jsonl now, while the child reads the answer
         self.ledger.record(call, result, size)
 
-    def _refuse(self, msg: dict[str, Any], reason: str) -> None:
+    def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
+        self._settle(msg)
         self._send({"t": protocol.RESULT, "id": msg.get("id"),
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
@@ -433,8 +550,11 @@ class ScriptRun:
                           call_lines=self.ledger.lines())
         if ending.error is not None:
             outcome.error = ending.error
+        elif self._exceeded is not None:
+            outcome.error = self._exceeded
         elif ending.timed_out:
             outcome.error = f"script timed out after {self.settings.timeout_seconds:g}s"
+            outcome.where = where_text(self.where_line, self._script)
         elif ending.violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None:
@@ -453,6 +573,9 @@ class ScriptRun:
                     outcome.error = "result is not JSON-serializable: the script's process sent invalid JSON"
         else:
             outcome.error = self._error_message(final)
+            line = final.get("line")
+            if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
+                outcome.where = where_text(line, self._script)
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..protocol import write_all
+from .cleanup import remove_logged
 
 if TYPE_CHECKING:
     from .runner import Outcome
@@ -34,8 +34,35 @@ log = logging.getLogger("nexus_tool_code_exec")
 
 #: the files of a session folder made ahead (error.txt, for a failed run, is made when needed)
 FILES = ("script.py", "stdout.txt", "result.json", "calls.jsonl")
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+# never through a symlink someone left where a record goes
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: records are the user's alone: folders 0700, files 0600, whatever the umask allows more
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
 PENDING_PREFIX = ".pending-"
+
+
+def make_private_dirs(path: Path) -> None:
+    """`path` and each folder above it that does not exist yet, made FOLDER_MODE (folders that
+    exist are left as they are: they are the user's)."""
+    missing: list[Path] = []
+    here = path
+    while not os.path.lexists(here):
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, FOLDER_MODE)
+        except FileExistsError:
+            pass
+
+
+def problem_text(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def write_fd(fd: int, text: str) -> None:
@@ -44,8 +71,8 @@ def write_fd(fd: int, text: str) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """`path.write_text(text)` without the io stack."""
-    fd = os.open(path, _WRITE_FLAGS, 0o644)
+    """`path.write_text(text)` without the io stack (never through a symlink)."""
+    fd = os.open(path, _WRITE_FLAGS, FILE_MODE)
     try:
         write_fd(fd, text)
     finally:
@@ -61,14 +88,25 @@ class _Folder:
 
     @classmethod
     def make(cls, path: Path, exist_ok: bool) -> _Folder:
-        path.mkdir(parents=True, exist_ok=exist_ok)
+        """The folder (FOLDER_MODE, and the folders above it that run_code makes) with its
+        files open; the folder itself must be a folder, not a symlink to one."""
+        make_private_dirs(path.parent)
+        try:
+            os.mkdir(path, FOLDER_MODE)
+        except FileExistsError:
+            if not exist_ok:
+                raise
+        folder = os.open(path, _DIR_FLAGS)
         fds: dict[str, int] = {}
         try:
             for name in FILES:
-                fds[name] = os.open(path / name, _WRITE_FLAGS, 0o644)
-        except OSError:
+                fds[name] = os.open(name, _WRITE_FLAGS, FILE_MODE, dir_fd=folder)
+        except OSError as exc:
+            exc.filename = exc.filename or str(path / name)
             cls(path, fds).close()
             raise
+        finally:
+            os.close(folder)
         return cls(path, fds)
 
     def close(self) -> None:
@@ -135,7 +173,7 @@ class FolderMaker:
             try:
                 if (entry.name.startswith(PENDING_PREFIX) and entry.is_dir(follow_symlinks=False)
                         and now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS):
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    remove_logged(entry.path)
             except OSError:
                 continue
 
@@ -184,7 +222,7 @@ def _remove(path: Path) -> None:
 
 def _discard(folder: _Folder) -> None:
     folder.close()
-    shutil.rmtree(folder.path, ignore_errors=True)
+    remove_logged(folder.path)
 
 
 class SessionFiles:
@@ -196,6 +234,7 @@ class SessionFiles:
         self._maker = maker
         self._folder: _Folder | None = None
         self._reused = False  # the folder existed (a call id seen before): clear the old outcome
+        self.problem: str | None = None  # why the folder could not be made, if it could not
 
     def open(self, script: str) -> None:
         ahead = self._maker.take() if self._maker is not None else None
@@ -211,8 +250,10 @@ class SessionFiles:
                 self._reused = self.path.exists()
                 self._folder = _Folder.make(self.path, exist_ok=True)
             write_fd(self._folder.fds["script.py"], script)
-        except OSError:
-            log.exception("could not persist a run_code script in %s", self.path)
+        except OSError as exc:
+            # the end of the run tries again, writing the folder whole, and reports what fails
+            self.problem = problem_text(exc)
+            log.error("could not persist a run_code script in %s: %s", self.path, self.problem)
             if self._folder is not None:
                 self._folder.close()
                 self._folder = None
@@ -221,9 +262,9 @@ class SessionFiles:
                 self._maker.give_back(ahead)
 
     def finish(self, stdout: str, result_json: str | None, error: str | None, call_lines: list[str]) -> bool:
-        """Write the run's outcome into its files; False if they could not be made. Then the
-        next run's folder is made (between runs: during one, the work would take CPU time and
-        wake-ups from it)."""
+        """Write the run's outcome into its open files; False if they could not be made or
+        written (`problem` says why). Then the next run's folder is made (between runs: during
+        one, the work would take CPU time and wake-ups from it)."""
         try:
             return self._finish(stdout, result_json, error, call_lines)
         finally:
@@ -245,8 +286,10 @@ class SessionFiles:
                 os.unlink(folder.path / "result.json")
                 write_text(folder.path / "error.txt", error + "\n")
             write_fd(folder.fds["calls.jsonl"], "".join(call_lines))
-        except OSError:
-            log.exception("could not persist a run_code call in %s", folder.path)
+        except OSError as exc:
+            self.problem = problem_text(exc)
+            log.error("could not persist a run_code call in %s: %s", folder.path, self.problem)
+            return False
         finally:
             folder.close()
         return True
@@ -278,26 +321,35 @@ class SessionStore:
         files.open(script)
         return files
 
-    def persist(self, folder: Path, files: SessionFiles | None, script: str, outcome: Outcome) -> None:
+    def persist(self, folder: Path, files: SessionFiles | None, script: str, outcome: Outcome) -> str | None:
         """The run's outcome into its open files, or, where none were opened (the run never
-        started) or they could not be made, the whole folder written now."""
+        started) or they could not be made or written, the whole folder written now. None once
+        the record is complete; else what went wrong, which is logged, and which the caller
+        reports with the run's result: a record is never skipped in silence."""
         if files is not None and files.finish(outcome.stdout, outcome.result_json, outcome.error,
                                               outcome.call_lines):
-            return
+            return None
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(folder.parent)
+            try:
+                os.mkdir(folder, FOLDER_MODE)
+            except FileExistsError:
+                os.close(os.open(folder, _DIR_FLAGS))  # a folder (not a symlink, not a file) it is
             write_text(folder / "script.py", script)
             write_text(folder / "stdout.txt", outcome.stdout)
             stale = folder / ("error.txt" if outcome.error is None else "result.json")
-            if stale.exists():  # an earlier run of this call id: only this run's outcome stays
+            if os.path.lexists(stale):  # an earlier run of this call id: only this run's outcome stays
                 stale.unlink()
             if outcome.error is None:
                 write_text(folder / "result.json", outcome.result_json or "null")
             else:
                 write_text(folder / "error.txt", outcome.error + "\n")
             write_text(folder / "calls.jsonl", "".join(outcome.call_lines))
-        except OSError:
-            log.exception("could not persist run_code call in %s", folder)
+        except OSError as exc:
+            problem = f"could not write the record of this run in {folder}: {problem_text(exc)}"
+            log.error("run_code: %s", problem)
+            return problem
+        return None
 
     def held_fds(self) -> set[int]:
         """The files of the folders made ahead, open between runs."""

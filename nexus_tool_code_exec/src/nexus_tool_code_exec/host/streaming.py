@@ -4,7 +4,9 @@ of calls.jsonl (`Ledger`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import json.encoder
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,23 +17,40 @@ from nexus_core import CodeExecChunk, ToolCall, ToolResult
 
 from .. import protocol
 
-#: how much of the inner calls' arguments and outputs one run keeps for calls.jsonl; past it a
-#: record says how much it left out (a script must not make the host hold what its own memory
-#: limit would not let it hold)
-RECORD_BUDGET = 16 * 1024 * 1024
-
 
 class Streamer:
     """Output chunks for `nexus_code_exec_stdout`: at each newline, when 512 bytes are pending,
-    and a final chunk. Also keeps the capped transcript for the result."""
+    and a final chunk. Also keeps the capped transcript for the result: the head the child sent
+    as it went, and, when it held some back, the line saying how much was dropped, then its tail."""
 
     def __init__(self, emit: Callable[[CodeExecChunk], None], call_id: str, cap: int) -> None:
         self._emit = emit
         self._call_id = call_id
         self._budget = cap
         self.truncated = False
+        #: the child's head is full: what follows comes as its tail, at the end (or not at all)
+        self.held = False
         self.parts: list[str] = []
         self._pending: dict[str, str] = {"stdout": "", "stderr": ""}
+
+    def mark(self, dropped: int | None) -> None:
+        """Where output was dropped between the head and the tail (`dropped` bytes; None: the
+        tail never came), a line saying so, in the transcript and the stream."""
+        if dropped is not None:
+            self.held = False
+        if dropped == 0:
+            return
+        self.truncated = True
+        text = (f"[... {dropped} bytes dropped ...]" if dropped is not None
+                else "[... the rest of the output is lost: the script did not finish ...]")
+        last = self.parts[-1] if self.parts else ""
+        line = ("" if not last or last.endswith("\n") else "\n") + text + "\n"
+        self.parts.append(line)
+        for stream in ("stderr", "stdout"):
+            if self._pending[stream]:
+                self._send(stream, self._pending[stream])
+                self._pending[stream] = ""
+        self._send("stdout", line)
 
     def feed(self, stream: str, data: str) -> None:
         if stream not in self._pending or not isinstance(data, str):
@@ -61,6 +80,8 @@ class Streamer:
 
     def finish(self) -> None:
         """The rest of stderr, then the final chunk: the rest of stdout (maybe empty)."""
+        if self.held:
+            self.mark(None)
         if self._pending["stderr"]:
             self._send("stderr", self._pending["stderr"])
         self._send("stdout", self._pending["stdout"], final=True)
@@ -71,9 +92,16 @@ class Streamer:
 
 
 class Ledger:
-    """A run's inner calls, as the lines of calls.jsonl, within RECORD_BUDGET. Each call is
-    recorded by the thread that answered it, right after the answer went out (while the child
-    reads it): the end of the run then only joins the lines."""
+    """A run's inner calls, as the lines of calls.jsonl. Every call gets its line, whatever the
+    script did before it: its id and name, the size and the SHA-256 of its arguments (compact
+    JSON, keys sorted, UTF-8: anyone holding the arguments can check them against it), and
+    the size of its output. Its arguments and result are kept whole within RECORD_BUDGET per
+    run; past it, each string is cut to CUT_CHARS characters and each list or object to
+    CUT_ITEMS items, and the line says `"cut": true`: a few huge calls cannot blind the record
+    of the ones after them (a write's path still shows, with the hash of what it wrote).
+
+    Each call is recorded by the thread that answered it, right after the answer went out (while
+    the child reads it): the end of the run then only joins the lines."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -81,18 +109,22 @@ class Ledger:
         self._recorded = 0
 
     def record(self, call: ToolCall, result: ToolResult, size: int) -> None:
-        """One call, whose arguments took `size` bytes on the pipe, and its result."""
-        cost = size + len(result.output)
+        """One call, whose message took `size` bytes on the pipe, and its result."""
+        arguments = _canonical(call.arguments)
+        data = arguments.encode("utf-8", "surrogatepass")
+        digest = hashlib.sha256(data).hexdigest()
+        cost = len(data) + len(result.output)
         with self._lock:
             keep = self._recorded + cost <= RECORD_BUDGET
             if keep:
                 self._recorded += cost
-        arguments: Any = call.arguments
+        facts = {"arguments_bytes": len(data), "arguments_sha256": digest, "output_chars": len(result.output)}
         if not keep:
-            note = f"not kept: this run's record budget of {RECORD_BUDGET} bytes is spent"
-            arguments = {"_omitted": f"{size} bytes of arguments {note}"}
-            result = attrs.evolve(result, output=f"{len(result.output)} characters {note}", output_structured=None)
-        line = record_line(call.id, call.name, arguments, result)
+            arguments = _canonical(_cut(call.arguments))
+            result = attrs.evolve(result, output=_cut(result.output), output_structured=_cut(result.output_structured),
+                                  metadata=_cut(result.metadata))
+            facts["cut"] = True
+        line = record_line(call.id, call.name, arguments, result, facts)
         with self._lock:
             self._lines.append(line)
 
@@ -101,14 +133,70 @@ class Ledger:
             return list(self._lines)
 
 
-#: calls.jsonl's encoder: UTF-8 as is, anything JSON has no type for as its str()
-_record_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+#: what a run keeps whole of its calls' arguments and outputs for calls.jsonl (a script must not
+#: make the host hold what its own memory limit would not let it hold); past it, values are cut
+RECORD_BUDGET = 16 * 1024 * 1024
+#: a string of a call past the budget: its first characters
+CUT_CHARS = 256
+#: a list or object of a call past the budget: its first items (and nesting this deep)
+CUT_ITEMS = 32
+CUT_DEPTH = 8
 
 
-def record_line(call_id: str, name: str, arguments: Any, result: ToolResult) -> str:
-    """One line of calls.jsonl (with its newline): the call and its whole result."""
-    return _record_encode({"id": call_id, "name": name, "arguments": arguments, "result": {
+def _cut(value: Any, depth: int = 0) -> Any:
+    """`value`, each string cut to CUT_CHARS characters and each container to CUT_ITEMS items
+    (saying how much was left out), CUT_DEPTH deep."""
+    if isinstance(value, str):
+        return value if len(value) <= CUT_CHARS else f"{value[:CUT_CHARS]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        if depth >= CUT_DEPTH:
+            return f"(an object of {len(value)} keys)"
+        out = {str(k): _cut(v, depth + 1) for k, v in list(value.items())[:CUT_ITEMS]}
+        if len(value) > CUT_ITEMS:
+            out["..."] = f"({len(value) - CUT_ITEMS} more keys)"
+        return out
+    if isinstance(value, (list, tuple)):
+        if depth >= CUT_DEPTH:
+            return f"(a list of {len(value)} items)"
+        items = [_cut(v, depth + 1) for v in value[:CUT_ITEMS]]
+        if len(value) > CUT_ITEMS:
+            items.append(f"... ({len(value) - CUT_ITEMS} more items)")
+        return items
+    return value
+
+
+def _encoder(sort_keys: bool, separators: tuple[str, str], check_circular: bool) -> Callable[[Any], str]:
+    """A JSON encoder (UTF-8 as is, anything JSON has no type for as its str()) made once: each
+    `json.JSONEncoder.encode` call builds its C encoder anew, which costs more than encoding a
+    small call's line (this runs once per inner call, on the thread that answered it)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        encode = json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys, separators=separators, default=str,
+                                  check_circular=check_circular).encode
+        return encode
+    item_sep, key_sep = separators
+    if not check_circular:
+        run = make(None, str, json.encoder.encode_basestring, None, key_sep, item_sep, sort_keys, False, True)
+        return lambda value: "".join(run(value, 0))
+    # the markers (for circular references) are per call: a fresh dict each time
+    return lambda value: "".join(make({}, str, json.encoder.encode_basestring, None, key_sep, item_sep,
+                                      sort_keys, False, True)(value, 0))
+
+
+#: arguments as the hash covers them: compact, keys sorted, characters as they are (they came
+#: from JSON: no cycles)
+_canonical = _encoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+#: calls.jsonl's encoder (a tool's output_structured may be anything a handler returned)
+_record_encode = _encoder(sort_keys=False, separators=(", ", ": "), check_circular=True)
+_string = json.encoder.encode_basestring
+
+
+def record_line(call_id: str, name: str, arguments_json: str, result: ToolResult, facts: dict[str, Any]) -> str:
+    """One line of calls.jsonl (with its newline): the call (its arguments already as JSON), its
+    result, and `facts` (sizes, hash)."""
+    rest = _record_encode({**facts, "result": {
         "id": result.id, "name": result.name, "output": result.output, "error": result.error,
         "output_file": result.output_file, "output_structured": result.output_structured,
         "error_kind": result.error_kind, "metadata": result.metadata, "is_error": result.error is not None,
-    }}) + "\n"
+    }})
+    return f'{{"id": {_string(call_id)}, "name": {_string(name)}, "arguments": {arguments_json}, {rest[1:]}\n'

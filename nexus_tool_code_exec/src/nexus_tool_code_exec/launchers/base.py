@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import abc
 import os
-import shutil
 import signal
 from collections.abc import Callable
 
 import attrs
+
+from ..host.cleanup import janitor
 
 #: the environment a child (and the zygote) gets: nothing of the host's
 CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
@@ -74,13 +75,14 @@ class Child:
         return False
 
     def close(self) -> None:
-        """Close the host's ends of its pipes and remove its scratch folder."""
+        """Close the host's ends of its pipes and have its scratch folder removed (off this
+        thread: a script may have left 100,000 files there; `Launcher.close` waits for it)."""
         if self._closed:
             return
         self._closed = True
         self._close_fds()
         if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            janitor.remove(self.scratch)
 
     def _close_fds(self) -> None:
         for fd in (self.rfd, self.wfd, self.pidfd):
@@ -116,4 +118,5 @@ class Launcher(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Let every child it made go, and whatever helper it keeps."""
+        """Let every child it made go, and whatever helper it keeps; once it returns, their
+        scratch folders are gone (`cleanup.janitor.drain`)."""

@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 from .. import protocol
+from ..host.cleanup import janitor
 from .base import CHILD_ENV, Child, Launcher
 
 
@@ -47,4 +48,4 @@ class SpawnLauncher(Launcher):
         return Child(proc.pid, rfd, wfd, scratch=scratch, waiter=wait)
 
     def close(self) -> None:
-        pass  # nothing is kept between runs
+        janitor.drain()  # nothing else is kept between runs: the last scratch folders go

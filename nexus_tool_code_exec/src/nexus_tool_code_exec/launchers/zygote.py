@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from collections.abc import Callable
 import attrs
 
 from .. import protocol
+from ..host.cleanup import janitor, remove_logged
 from ..host.fastpath import SPARE_WAIT, SPARES, Spare, SparePool
 from .base import CHILD_ENV, Child, Launcher
 
@@ -172,6 +172,7 @@ class _Zygote:
     def take_spare(self) -> ZygoteChild | None:
         """A spare for a run: one held, or the one being forked (waited for up to SPARE_WAIT);
         None where none is coming (more runs at once than spares)."""
+        self.wait_for(lambda: False, 0)  # what it said since the last run (a spare, folders to remove)
         while True:
             key = self.preloaded_key
             if not self.wait_for(lambda: bool(self.spares.held()) or not self.spares.coming, SPARE_WAIT):
@@ -262,7 +263,8 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.scratch_root, ignore_errors=True)
+        janitor.drain()  # the scratch folders of its children that are on their way out
+        remove_logged(self.scratch_root)
 
     # -- what it says ---------------------------------------------------------------------------
 
@@ -350,6 +352,9 @@ class _Zygote:
             self._forks[req] = ZygoteChild(pid, fds[0], fds[1], scratch=str(msg["scratch"]), zygote=self)
             return []
         replaces = msg.get("replaces")
+        for path in msg.get("trash") or ():  # folders its scripts changed: removed off this thread
+            if isinstance(path, str) and os.path.dirname(path) == self.scratch_root:
+                janitor.remove(path)
         return self.spares.add(Spare(pid, str(msg["scratch"]), fds[0], fds[1], str(msg.get("key") or ""),
                                      bool(msg.get("idle"))), replaces if isinstance(replaces, int) else None)
 

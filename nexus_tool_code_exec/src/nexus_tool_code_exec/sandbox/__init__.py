@@ -11,6 +11,8 @@ early, clear errors; this package is the boundary.
     layers.py   `enter()`: each layer applied, in order; `prepare()` for the zygote
     seccomp.py  the seccomp filter, assembled as classic BPF
     landlock.py Landlock through its three syscalls
+    view.py     the runtime view: a mount namespace where the runtime is readable without any
+                capability (what lets ``uid`` drop them all)
     probes.py   each layer applied alone in a forked child and attacked; `nexus doctor`'s lines
     libc.py     the C library calls the layers make
 
@@ -27,11 +29,14 @@ Layers (fixed names, applied in this order; `SandboxPolicy.layers` picks which):
                it is created directly (or joined, see `make_shared_netns`); otherwise inside a
                new user namespace, which is the only way an unprivileged process can make one.
 - ``uid``      (root only) the child stops being root: a per-run uid/gid (uid_base + pid, so no
-               two live children share one), no supplementary groups, and no capabilities except
-               CAP_DAC_READ_SEARCH, so it can still *read* the root-owned runtime (e.g. under
-               /root/.pyenv) wherever ``fs`` allows. The scratch dir is chowned to that uid. Every
-               kernel check of the form "same owner or privileged" now fails against the host's
-               processes: kill, ptrace, prlimit, setpriority, sched_setaffinity, SIGIO owners...
+               two live children share one), no supplementary groups, and no capabilities at all.
+               A runtime below a folder other users may not search (/root/.pyenv) is reached
+               through the runtime view (view.py), which the zygote makes once; only where no
+               view can be made does the child keep CAP_DAC_READ_SEARCH (and says so). The scratch
+               dir is chowned to that uid. Every kernel check of the form "same owner or
+               privileged" now fails against the host's processes (kill, ptrace, prlimit,
+               setpriority, sched_setaffinity, SIGIO owners...) and against folders other users
+               may not search: stat, readlink, getxattr and inotify there get EACCES.
 - ``fs``       Landlock (ABI-aware): read-only use of `read_paths`, read-write use of scratch_dir,
                /dev/null read-write, nothing else; never execute. ABI >= 4: every TCP bind/connect
                refused. ABI >= 6: no signals to and no abstract unix sockets of processes outside
@@ -39,8 +44,9 @@ Layers (fixed names, applied in this order; `SandboxPolicy.layers` picks which):
 - ``seccomp``  last, with no_new_privs: see `seccomp.py` for the full list. fork, vfork, clone
                without CLONE_THREAD (or with namespace flags), execve(at), socket(pair), ptrace,
                process_vm_*, signals/pidfds/prlimit/scheduling aimed at another pid, namespaces and
-               mounts, keyrings, bpf, perf, userfaultfd, io_uring, modules, SysV/POSIX IPC, clock
-               and host settings; chmod/chown/utime/xattr changes when ``uid`` is off. clone3 gets
+               mounts and mount listings (statmount, listmount), inotify and fanotify, keyrings,
+               bpf, perf, userfaultfd, io_uring, modules, SysV/POSIX IPC, clock and host settings
+               (EPERM); every xattr call (EOPNOTSUPP); chmod/chown/utime when ``uid`` is off. clone3 gets
                ENOSYS (glibc then falls back to clone, whose flags BPF can see); syscalls newer than
                the table get ENOSYS; a foreign architecture or x32 syscall kills the process.
 
@@ -73,8 +79,10 @@ its imports so children do not copy-on-write the whole heap on their first colle
 
 What a child can still do (known, by design or beyond these layers):
 
-- stat() any path it can guess: existence, size, owner and times (Landlock governs opening and
-  changing the tree, not metadata reads). Never the content or a directory listing.
+- stat() or readlink() a path it can guess in a folder every user may search: existence, size,
+  owner, times, a link's target (Landlock governs opening and changing the tree, not metadata
+  reads; seccomp cannot read a path argument). Never the content, a listing, an xattr or a
+  watch; below a folder other users may not search, nothing (EACCES, or ENOENT in the view).
 - read heap copies of the zygote's environment with ctypes: enter() clears os.environ, libc's
   environ and the exec-time block, not freed heap memory. Start the zygote with a clean env.
 - fill the scratch file system: RLIMIT_FSIZE bounds each file, not their number; put scratch on
@@ -83,8 +91,8 @@ What a child can still do (known, by design or beyond these layers):
 - use every CPU core with threads, for cpu_seconds of CPU time in total (the wall-clock timeout is
   the runner's).
 - without ``seccomp``: connect to a pathname unix socket it can reach (they cross network
-  namespaces, and Landlock ABI <= 7 does not govern connect); without ``fs``: read every file root
-  can (``uid`` keeps CAP_DAC_READ_SEARCH) and, if ``uid`` is off too, write them. The layers are
+  namespaces, and Landlock ABI <= 7 does not govern connect); without ``fs``: read every file
+  other users may (every file root may, if ``uid`` is off too, and write them). The layers are
   meant to be used together; `probe()` says which this machine has.
 - the deny-list filter allows syscalls it does not name; unknown numbers above the table get
   ENOSYS. A thread may change its own affinity or priority (pid 0), not another process's.

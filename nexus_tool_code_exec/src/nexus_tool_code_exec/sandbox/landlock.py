@@ -152,10 +152,12 @@ def prepare(read_paths: tuple[str, ...], rw_files: tuple[str, ...] = ()) -> Rule
                    rules=tuple(rules), write_dir_rights=write_dir)
 
 
-def restrict(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> None:
-    """Confine this thread (and threads it starts later) to the ruleset plus full read-write use
-    of `write_dirs` (create, delete, rename within, truncate; no execute, no device nodes, no
-    sockets), for good. The caller must have set no_new_privs."""
+def build(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> int:
+    """The ruleset as a Landlock fd, its rules added: `ruleset` plus full read-write use of
+    `write_dirs` (create, delete, rename within, truncate; no execute, no device nodes, no
+    sockets). Nothing is restricted yet (`enforce` does that), so this may run while the process
+    can still reach every rule's path: a rule holds its folder by an fd opened here, and the
+    process needs no way to that folder by its path afterwards."""
     attr = _RulesetAttr(handled_access_fs=ruleset.handled_fs, handled_access_net=ruleset.handled_net,
                         scoped=ruleset.scoped)
     fd = syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ruleset.attr_size),
@@ -175,7 +177,22 @@ def restrict(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> None:
                     raise _fail(f"landlock_add_rule({path!r})")
             finally:
                 os.close(rule.parent_fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return int(fd)
+
+
+def enforce(fd: int) -> None:
+    """Confine this thread (and threads it starts later) to the ruleset `fd` from `build`, for
+    good, and close `fd`. The caller must have set no_new_privs."""
+    try:
         if syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) < 0:
             raise _fail("landlock_restrict_self")
     finally:
         os.close(fd)
+
+
+def restrict(ruleset: Ruleset, write_dirs: tuple[str, ...]) -> None:
+    """`build` and `enforce` at once."""
+    enforce(build(ruleset, write_dirs))

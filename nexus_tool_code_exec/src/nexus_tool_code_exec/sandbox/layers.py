@@ -16,7 +16,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 
-from . import landlock, seccomp
+from . import landlock, seccomp, view
 from .libc import PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, errno_text, last_error, libc, prctl
 from .paths import runtime_read_paths
 from .policy import Limits, SandboxError, SandboxPolicy
@@ -272,21 +272,30 @@ def _apply_uid(policy: SandboxPolicy) -> str:
         _chown_tree(policy.scratch_dir, uid)
     except OSError as exc:
         raise SandboxError("uid", f"chown of the scratch dir to {uid}: {exc}") from None
-    # Keep the permitted set across setresuid so CAP_DAC_READ_SEARCH can be kept: the runtime
-    # under a 0700 /root must stay readable. Everything else goes.
-    _libc_call("uid", "prctl(PR_SET_KEEPCAPS)", prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
+    # The runtime must stay readable without any capability: where it sits below a folder other
+    # users cannot search (a 0700 /root), the view shows it there (made by the zygote once, or
+    # here). Only where no view can be made is CAP_DAC_READ_SEARCH kept, as the way to read it.
+    runtime = view.make(policy.read_paths)
+    keep = 0 if runtime.ok else 1 << CAP_DAC_READ_SEARCH
+    if keep:
+        _libc_call("uid", "prctl(PR_SET_KEEPCAPS)", prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
     try:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     except OSError as exc:
         raise SandboxError("uid", f"switching to uid {uid}: {exc}") from None
-    keep = 1 << CAP_DAC_READ_SEARCH
+    # setresuid from root to others clears the effective and permitted sets, unless KEEPCAPS
+    # kept the permitted one: set both explicitly either way
     _set_caps(keep, keep, "uid")
-    _libc_call("uid", "prctl(PR_SET_KEEPCAPS, 0)", prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
+    if keep:
+        _libc_call("uid", "prctl(PR_SET_KEEPCAPS, 0)", prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
         raise SandboxError("uid", "the uid/gid switch did not take")
-    return f"uid/gid {policy.uid_base}+pid, no groups, only CAP_DAC_READ_SEARCH (reads beneath fs's paths)"
+    if keep:
+        return (f"uid/gid {policy.uid_base}+pid, no groups, only CAP_DAC_READ_SEARCH, kept to read the runtime: "
+                f"{runtime.describe()}")
+    return f"uid/gid {policy.uid_base}+pid, no groups, no capabilities; {runtime.describe()}"
 
 
 # ---------------------------------------------------------------- fs
@@ -297,13 +306,21 @@ def _landlock_ruleset(read_paths: tuple[str, ...]) -> landlock.Ruleset:
     return landlock.prepare(tuple(p for p in read_paths if p != "/dev/null"), rw_files=("/dev/null",))
 
 
-def _apply_fs(policy: SandboxPolicy) -> str:
+def _build_fs(policy: SandboxPolicy) -> tuple[int, str]:
+    """The Landlock ruleset's fd, its rules added (before ``uid``: every rule's folder is opened
+    while the process can still reach it by its path, which an unprivileged uid may not)."""
     try:
         ruleset = _landlock_ruleset(policy.read_paths)
-        landlock.restrict(ruleset, write_dirs=(policy.scratch_dir,))
+        return landlock.build(ruleset, write_dirs=(policy.scratch_dir,)), ruleset.describe()
     except landlock.LandlockError as exc:
         raise SandboxError("fs", str(exc)) from None
-    return ruleset.describe()
+
+
+def _apply_fs(ruleset_fd: int) -> None:
+    try:
+        landlock.enforce(ruleset_fd)
+    except landlock.LandlockError as exc:
+        raise SandboxError("fs", str(exc)) from None
 
 
 # ---------------------------------------------------------------- seccomp
@@ -320,10 +337,10 @@ def _apply_seccomp(deny_metadata: bool) -> str:
         prepared.install(os.getpid())
     except seccomp.SeccompError as exc:
         raise SandboxError("seccomp", str(exc)) from None
-    extra = "; chmod/chown/utime/xattr refused too" if deny_metadata else ""
+    extra = "; chmod/chown/utime refused too" if deny_metadata else ""
     return (f"{prepared.arch.machine} filter of {prepared.template.length} BPF instructions: "
-            f"fork, exec, sockets, "
-            f"ptrace, namespaces and signals to other pids refused (EPERM){extra}; foreign arch killed")
+            f"fork, exec, sockets, ptrace, namespaces, signals to other pids, inotify/fanotify and "
+            f"mount listings refused (EPERM), xattrs unsupported (EOPNOTSUPP){extra}; foreign arch killed")
 
 
 def prepare(policy: SandboxPolicy | None = None) -> None:
@@ -367,10 +384,12 @@ def enter(policy: SandboxPolicy) -> None:
     4. env, then chdir(scratch): /proc is still readable, and later steps see the clean state.
     5. rlimits: while still root, so the hard limits are set before privileges go.
     6. net: needs CAP_SYS_ADMIN (as root) before uid gives it up.
-    7. uid: after net; before Landlock so the chown of scratch and the rule opens see the final
-       credentials. The parent-death signal is set after it (a credential change clears it).
-    8. fs (Landlock): needs to open its paths, so before seccomp.
-    9. seccomp last: the narrowest layer; it would refuse the syscalls the steps above need.
+    7. fs, first half: the Landlock ruleset built, each rule's folder opened while the process can
+       still reach it (an unprivileged uid may not be able to search its way to scratch).
+    8. uid: after net (which needs CAP_SYS_ADMIN as root); the runtime view, then every
+       capability dropped. The parent-death signal is set after it (a credential change clears it).
+    9. fs, second half: the ruleset enforced (it needs no_new_privs, set just before).
+    10. seccomp last: the narrowest layer; it would refuse the syscalls the steps above need.
     """
     applied.clear()
     layers = policy.layers
@@ -405,6 +424,9 @@ def enter(policy: SandboxPolicy) -> None:
         applied["net"] = _apply_net(policy.net_fd)
     elif policy.net_fd is not None:
         os.close(policy.net_fd)
+    ruleset_fd = None
+    if "fs" in layers:
+        ruleset_fd, applied["fs"] = _build_fs(policy)
     if "uid" in layers:
         applied["uid"] = _apply_uid(policy)
     _libc_call("process", "prctl(PR_SET_PDEATHSIG)", prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
@@ -413,7 +435,7 @@ def enter(policy: SandboxPolicy) -> None:
     if "fs" in layers or "seccomp" in layers:
         # Both require it; it also means no exec could ever gain privileges.
         _libc_call("process", "prctl(PR_SET_NO_NEW_PRIVS)", prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-    if "fs" in layers:
-        applied["fs"] = _apply_fs(policy)
+    if ruleset_fd is not None:
+        _apply_fs(ruleset_fd)
     if "seccomp" in layers:
         applied["seccomp"] = _apply_seccomp(deny_metadata="uid" not in layers)

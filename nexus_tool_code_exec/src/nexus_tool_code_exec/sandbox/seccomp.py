@@ -64,8 +64,9 @@ _COMMON_NEW = {
     "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
-    "quotactl_fd": 443, "process_mrelease": 448, "fchmodat2": 452, "setxattrat": 463,
-    "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469,
+    "quotactl_fd": 443, "process_mrelease": 448, "fchmodat2": 452, "statmount": 457, "listmount": 458,
+    "setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466, "open_tree_attr": 467,
+    "file_getattr": 468, "file_setattr": 469,
 }
 # The highest syscall number the tables below were written against (file_setattr, Linux 6.17).
 MAX_KNOWN_NR = 469
@@ -84,8 +85,9 @@ _X86_64 = {
     "quotactl": 179, "acct": 163, "swapon": 167, "swapoff": 168, "reboot": 169,
     "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
     "sethostname": 170, "setdomainname": 171, "syslog": 103, "vhangup": 153,
-    "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "nfsservctl": 180,
-    "seccomp": 317,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "fanotify_mark": 301,
+    "nfsservctl": 180, "seccomp": 317,
+    "inotify_init": 253, "inotify_add_watch": 254, "inotify_rm_watch": 255, "inotify_init1": 294,
     "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semtimedop": 220,
     "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
     "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
@@ -94,7 +96,8 @@ _X86_64 = {
     "prlimit64": 302, "setpriority": 141, "ioprio_set": 251, "fcntl": 72, "ioctl": 16,
     "chmod": 90, "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260,
     "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
-    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193,
+    "listxattr": 194, "llistxattr": 195, "flistxattr": 196, "removexattr": 197, "lremovexattr": 198,
     "fremovexattr": 199,
     "getpid": 39, "capset": 126,
     **_COMMON_NEW,
@@ -115,8 +118,9 @@ _AARCH64 = {
     "quotactl": 60, "acct": 89, "swapon": 224, "swapoff": 225, "reboot": 142,
     "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
     "sethostname": 161, "setdomainname": 162, "syslog": 116, "vhangup": 58,
-    "open_by_handle_at": 265, "name_to_handle_at": 264, "fanotify_init": 262, "nfsservctl": 42,
-    "seccomp": 277,
+    "open_by_handle_at": 265, "name_to_handle_at": 264, "fanotify_init": 262, "fanotify_mark": 263,
+    "nfsservctl": 42, "seccomp": 277,
+    "inotify_init1": 26, "inotify_add_watch": 27, "inotify_rm_watch": 28,
     "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193, "semtimedop": 192,
     "semctl": 191, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
     "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
@@ -124,7 +128,8 @@ _AARCH64 = {
     "sched_setaffinity": 122, "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274,
     "prlimit64": 261, "setpriority": 140, "ioprio_set": 30, "fcntl": 25, "ioctl": 29,
     "fchmod": 52, "fchmodat": 53, "fchown": 55, "fchownat": 54, "utimensat": 88,
-    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
+    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10,
+    "listxattr": 11, "llistxattr": 12, "flistxattr": 13, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
     "getpid": 172, "capset": 91,
     **_COMMON_NEW,
 }
@@ -178,22 +183,35 @@ DENY_EPERM: tuple[str, ...] = (
     "lookup_dcookie", "iopl", "ioperm", "modify_ldt", "uselib", "_sysctl",
     "quotactl", "quotactl_fd", "acct", "swapon", "swapoff", "reboot",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
-    "syslog", "vhangup", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "nfsservctl", "seccomp",
+    "syslog", "vhangup", "open_by_handle_at", "name_to_handle_at", "nfsservctl", "seccomp",
+    # what a path holds or goes through, learnt without opening it (Landlock governs opening only):
+    # watches that name every file made or changed in a folder, the mounts of the namespace, an
+    # inode's flags. xattrs are refused below, with their own errno.
+    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init", "fanotify_mark",
+    "statmount", "listmount", "file_getattr",
     # host-wide IPC objects that outlive the process (SysV) or are shared by name (POSIX mqueues)
     "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl",
     "msgget", "msgsnd", "msgrcv", "msgctl",
     "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
 )
 
-# Landlock does not govern file metadata: chmod, chown, utime and xattrs work on any path the
-# caller's uid owns. A child that still has the host's uid (no "uid" layer) could chmod the host's
-# files, so then these are refused too. Under the "uid" layer the child owns only its scratch
-# files, DAC already stops the rest, and scripts keep shutil.copy & co.
+# Extended attributes, all of them, refused with EOPNOTSUPP ("not supported here"): Landlock does
+# not govern them, so getxattr would read a value of any file the child can reach by path, and
+# listxattr its names. EOPNOTSUPP, not EPERM, because that is what shutil.copystat/copy2/copytree
+# take for "this file system has none" and skip: a script's copies in scratch keep working.
+DENY_XATTR: tuple[str, ...] = (
+    "setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr",
+    "listxattr", "llistxattr", "flistxattr", "removexattr", "lremovexattr", "fremovexattr",
+    "setxattrat", "getxattrat", "listxattrat", "removexattrat",
+)
+
+# Landlock does not govern file metadata: chmod, chown and utime work on any path the caller's uid
+# owns. A child that still has the host's uid (no "uid" layer) could chmod the host's files, so
+# then these are refused too. Under the "uid" layer the child owns only its scratch files, DAC
+# already stops the rest, and scripts keep shutil.copy & co.
 DENY_METADATA: tuple[str, ...] = (
     "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
-    "utime", "utimes", "futimesat", "utimensat",
-    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-    "setxattrat", "removexattrat", "file_setattr",
+    "utime", "utimes", "futimesat", "utimensat", "file_setattr",
 )
 
 # Allowed only when the pid argument (arg 0) is 0 (= the caller) or the child's own pid.
@@ -388,6 +406,8 @@ def build_template(arch: Arch, deny_metadata: bool) -> FilterTemplate:
     for name in DENY_EPERM + (DENY_METADATA if deny_metadata else ()):
         if name in t:
             rules[t[name]] = eperm
+    for name in DENY_XATTR:
+        rules[t[name]] = ret_errno(errno.EOPNOTSUPP)
     # clone3 passes its flags in memory BPF cannot read: refuse with ENOSYS so that glibc (2.34+)
     # falls back to clone, whose flags we can check.
     rules[t["clone3"]] = ret_errno(errno.ENOSYS)

@@ -35,7 +35,6 @@ import fcntl
 import gc
 import os
 import select
-import shutil
 import signal
 import socket
 import stat
@@ -50,9 +49,11 @@ from .. import protocol
 ENDED_KEPT = 256
 
 
-def _preimport(allowed: list[str]) -> int | None:
+def _preimport(allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str) -> int | None:
     """Import what every script needs and work out the sandbox's programs once, so a forked
-    child starts warm. Returns the fd of a network namespace children share (root only)."""
+    child starts warm; as root, make the runtime view children live in (sandbox/view.py), so
+    that they need no capability to read the runtime. Returns the fd of a network namespace
+    children share (root only)."""
     import attrs  # noqa: F401
     import cattrs  # noqa: F401
 
@@ -69,6 +70,10 @@ def _preimport(allowed: list[str]) -> int | None:
 
         sandbox.prepare()
         net_fd = sandbox.make_shared_netns()
+        if "uid" in policy.get("layers", ()) and os.geteuid() == 0:
+            from ..sandbox import view
+
+            view.make(tuple(policy.get("read_paths", ())), (scratch_root,))
     except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
         pass
     runtime.warm_up()
@@ -110,13 +115,19 @@ class ScratchFolders:
     changed, it changed on purpose, and that folder goes. What is reset on one that stays: its
     owner (the uid layer gave it to the child's uid) and its access time; and its name, so that
     no path a script saw names a folder another script gets. A later script can tell nothing of
-    it but its change time, which the reset sets."""
+    it but its change time, which the reset sets.
+
+    A folder that goes is renamed out of the way at once (`trash`), and removed by the host
+    (host/cleanup.py's janitor, which walks any tree a script can make without recursion): the
+    zygote never walks a script's tree, so no tree can hold it up."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self._free: list[str] = []
         #: every folder of ours -> (atime, mtime, size, flags) as first made
         self._first: dict[str, tuple[int, int, int, int]] = {}
+        #: folders that go, renamed out of the way, for the host to remove (sent with a SPARE)
+        self.trash: list[str] = []
 
     def _name(self) -> str:
         return f"{self.root}/run-{os.urandom(6).hex()}"  # as unguessable as mkdtemp's
@@ -131,7 +142,7 @@ class ScratchFolders:
             except OSError:
                 pass
             self._first.pop(path, None)
-            shutil.rmtree(path, ignore_errors=True)
+            self._throw_away(path)
         path = self._name()
         os.mkdir(path, 0o700)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -169,7 +180,17 @@ class ScratchFolders:
                 pass
             finally:
                 os.close(fd)
-        shutil.rmtree(path, ignore_errors=True)
+        self._throw_away(path)
+
+    def _throw_away(self, path: str) -> None:
+        """`path` goes: renamed to a trash name (no path a script saw names it any more), for
+        the host to remove."""
+        gone = f"{self.root}/trash-{os.urandom(6).hex()}"
+        try:
+            os.rename(path, gone)
+        except OSError:
+            gone = path
+        self.trash.append(gone)
 
 
 def _flags(fd: int) -> int:
@@ -191,7 +212,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                 spare_count: int) -> None:
     """Serve the host on `ctrl_fd` until it goes away; then kill every child and exit."""
     ctrl = socket.socket(fileno=ctrl_fd)
-    net_fd = _preimport(allowed)
+    net_fd = _preimport(allowed, policy, scratch_root)
     from ..child import runtime
 
     wake_r, wake_w = os.pipe()
@@ -268,8 +289,9 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             child = fork_child()
         spares.append(child.pid)
         del spares[:-spare_count]  # older ones (of older bindings) the host drops
+        trash, folders.trash = folders.trash, []
         send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle,
-              "replaces": replaces}, [child.host_read, child.host_write])
+              "replaces": replaces, "trash": trash}, [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 

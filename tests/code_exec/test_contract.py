@@ -1,0 +1,313 @@
+"""run_code's contract with the model (issue 14): stubs that are the exact bindings, tools declared
+once (exposure), past `max_listed_tools` the groups and the companion tool `run_code_api`, typed
+results from type hints, nested arguments as dicts, and output a model reads easily.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+import attrs
+import pytest
+from nexus_tool_code_exec.child import runtime
+from nexus_tool_code_exec.host.bindings import BindingsCache, generate
+from nexus_tool_code_exec.host.engine import API_TOOL
+
+from nexus_core import Nexus, ToolDef, native_tool, tool
+from nexus_tool_code_exec import engine_for
+
+CE = "nexus.tool.code_exec"
+
+
+def default_nexus(workspace: Path, **code_exec: Any) -> Nexus:
+    return Nexus.from_config({"workspace": str(workspace), "plugins": {
+        "active": ["nexus.tool.file", "nexus.tool.shell", CE, "nexus.tool.todo"], CE: code_exec}})
+
+
+def synthetic(n: int, prefix: str = "extra", plugin_group: str | None = None) -> list[ToolDef]:
+    """`n` tools of a few shapes, as a large registry has them."""
+    out = []
+    for i in range(n):
+        schema = {"type": "object", "properties": {
+            "query": {"type": "string", "description": f"What to look for in collection {i}."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+            "filters": {"type": "array", "items": {"type": "object", "properties": {
+                "field": {"type": "string"}, "value": {"type": "string"}}, "required": ["field"]}}},
+            "required": ["query"]}
+        output = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}},
+                                                   "total": {"type": "integer"}}, "required": ["items", "total"]}
+        annotations = {"mcp_server": plugin_group} if plugin_group else {}
+        out.append(ToolDef(name=f"{prefix}_{i}", handler=lambda a, i=i: {"items": [a["query"]], "total": i},
+                           description=f"Search collection number {i} for records that match a query.",
+                           input_schema=schema, output_schema=output, annotations=annotations))
+    return out
+
+
+# -- the stubs are the bindings -------------------------------------------------------------
+
+
+def stub_signatures(stubs: str) -> dict[str, inspect.Signature]:
+    """Each function of the stubs, with its signature as Python reads it (the stubs run as a
+    module: they are Python; their annotations stay text)."""
+    namespace: dict[str, Any] = {}
+    exec(compile("from __future__ import annotations\n" + stubs, "stubs", "exec"), namespace)
+    functions = [node.name for node in ast.parse(stubs).body if isinstance(node, ast.FunctionDef)]
+    return {name: inspect.signature(namespace[name]) for name in functions}
+
+
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setitem(sys.modules, "_nexus_rt", runtime)
+
+    def make(tools: list[ToolDef]) -> tuple[Any, Any]:
+        bindings = generate(tools)
+        module = runtime.compile_bindings(bindings.source)
+        monkeypatch.setitem(sys.modules, "tools", module)
+        return module, bindings
+
+    yield make
+
+
+def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path, compiled: Any) -> None:
+    """Every tool's stub names the Args class's fields, in its order, with their annotations and
+    defaults: what the model reads is what the binding takes (500 extra tools too)."""
+    with default_nexus(tmp_path) as nx:
+        tools = [t for t in nx.tools() if t.name != "run_code"] + synthetic(500)
+    module, bindings = compiled(tools)
+    signatures = stub_signatures(bindings.stubs)
+    assert set(signatures) == set(bindings.functions)
+    differences = []
+    # the module's names, but the builtin types where a tool function (`list`) took the name
+    types = {**vars(module), "list": list, "dict": dict, "str": str, "int": int, "float": float, "bool": bool}
+    for fname, piece in bindings.pieces:
+        args_cls = getattr(module, piece.args_class)
+        hints = typing.get_type_hints(args_cls)
+        expected = [(f.alias or f.name, hints[f.name], f.default is attrs.NOTHING) for f in attrs.fields(args_cls)]
+        stub = signatures[fname]
+        got = [(p.name, p.annotation, p.default is inspect.Parameter.empty) for p in stub.parameters.values()]
+        if [(n, r) for n, _, r in expected] != [(n, r) for n, _, r in got]:
+            differences.append(fname)
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in stub.parameters.values())
+        # the same types: the stub's annotation, read in the real module, is the field's
+        for p, f in zip(stub.parameters.values(), attrs.fields(args_cls), strict=True):
+            if eval(p.annotation, types) != hints[f.name]:
+                differences.append(f"{fname}({p.name})")
+        if eval(stub.return_annotation, types) != typing.get_type_hints(getattr(module, fname))["return"]:
+            differences.append(f"{fname} ->")
+        assert module._SIGNATURES[piece.tool.name].startswith(f"{fname}(")
+    assert differences == []
+
+
+def test_argument_docs_are_whole_with_their_defaults_and_constraints(tmp_path: Path) -> None:
+    with default_nexus(tmp_path) as nx:
+        description = nx.tool("run_code").description
+    # not cut mid-word at 80 characters, as the stubs once did
+    assert "…" not in description
+    assert ("# Seconds before the command and everything it started are killed" in description
+            and "(default 60, at most 600). More than 0." in description)
+    assert "offset: int | None = None,  # Line number to start at (1 is the first line). Default 1." in description
+    # written for scripts: read's numbering is for direct calls; a script reads .content
+    assert "cat -n" not in description and "`.content` holds its lines exactly as in the file" in description
+    # the context and the scratch folder are documented
+    for words in ("ctx.call_id", "ctx.remaining()", "scratch folder"):
+        assert words in description
+
+
+# -- declare each tool once -----------------------------------------------------------------
+
+
+def test_exposure_decides_bindings_and_schemas(tmp_path: Path) -> None:
+    @tool(exposure="code")
+    def lookup(key: str) -> str:
+        """Look a key up (meant for scripts)."""
+        return key.upper()
+
+    direct = native_tool("direct_only", "only as a tool", {"type": "object"}, lambda a: "x", exposure="direct")
+    with Nexus.from_config({"workspace": str(tmp_path), "plugins": {"active": [CE]},
+                            "tools": {"shout": {"exposure": "code"}}}) as nx:
+        nx.register(lookup)
+        nx.register(direct)
+        nx.register(native_tool("shout", "shout it", {"type": "object", "properties": {"t": {"type": "string"}}},
+                                lambda a: a["t"] + "!"))
+        engine = engine_for(nx)
+        assert engine is not None
+        assert set(engine.bindings().functions) == {"lookup", "shout"}  # not direct_only, not run_code
+        description = nx.tool("run_code").description
+        assert "def lookup(" in description and "def shout(" in description and "direct_only" not in description
+        declared = {s["function"]["name"] for s in nx.schemas("openai")}
+        assert declared == {"run_code", "direct_only"}  # code-only tools cost their stub alone
+        result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.lookup(key='k').output\n"})
+        assert result.output == "K"
+        result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.direct_only()\n"})
+        assert result.error == "script rejected: line 4: no tool 'direct_only' (the tools: lookup, shout)"
+
+
+# -- past max_listed_tools: groups and run_code_api -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nexus]:
+    """The default tools, 300 tools of one MCP server and 200 of the host."""
+    with default_nexus(tmp_path_factory.mktemp("ws")) as nx:
+        for t in synthetic(300, "github", plugin_group="github") + synthetic(200, "crm"):
+            nx.add_tool(t)
+        yield nx
+
+
+def test_past_max_listed_tools_the_description_names_groups_with_counts(big: Nexus) -> None:
+    description = big.tool("run_code").description
+    assert "def " not in description.split("Example:")[1].split("\n\n", 2)[-1]  # no stub listed
+    assert "# - MCP server github: 300 tools (e.g. github_0, github_1, github_10, github_100, ...)" in description
+    assert "# - the host's own tools: 200 tools (e.g. crm_0, crm_1, crm_10, crm_100, ...)" in description
+    assert "# - nexus.tool.file: 7 tools (apply_patch, edit, glob, grep, list, read, write)" in description
+    assert f"call the\n# {API_TOOL} tool" in description
+    assert len(description) < 6000  # ~1,500 tokens: bench/bench_tokens.py counts them
+
+
+def test_run_code_api_returns_the_exact_stubs_of_what_matches(big: Nexus) -> None:
+    api = big.tool(API_TOOL)
+    assert api is not None and api.exposure == "direct" and api.plugin == CE
+    assert API_TOOL in {s["function"]["name"] for s in big.schemas("openai")}
+    engine = engine_for(big)
+    assert engine is not None
+    bindings = engine.bindings()
+    by_name = big.invoke(API_TOOL, {"names": ["read", "github_7"]}).output
+    assert by_name == bindings.stub_of("read") + "\n\n\n" + bindings.stub_of("github_7")
+    assert "def read(\n    *,\n    path: str," in by_name and "class ReadResult:" in by_name
+    found = big.invoke(API_TOOL, {"query": "regular expression search file contents"}).output
+    assert found.startswith(bindings.stub_of("grep"))
+    assert big.invoke(API_TOOL, {"names": ["raed"]}).output == "# no tool or group 'raed'; did you mean 'read'?"
+    group = big.invoke(API_TOOL, {"names": ["nexus.tool.shell"]}).output
+    assert group == bindings.stub_of("bash") + "\n\n\n" + bindings.stub_of("shell")
+    # and what it returns runs
+    script = "import tools\n\ndef run(ctx):\n    r = tools.github_7(query='q', filters=[{'field': 'a'}])\n    return r.total\n"
+    assert big.invoke("run_code", {"script": script}).output == "7"
+
+
+def test_the_companion_tool_comes_and_goes_with_the_groups(tmp_path: Path) -> None:
+    with default_nexus(tmp_path, max_listed_tools=12) as nx:
+        assert nx.tool(API_TOOL) is None  # 10 tools: every stub is listed
+        extra = synthetic(5)
+        for t in extra:
+            nx.add_tool(t)
+        assert nx.tool(API_TOOL) is not None and "def read(" not in nx.tool("run_code").description
+        for t in extra:
+            nx.remove_tool(t.name)
+        assert nx.tool(API_TOOL) is None and "def read(" in nx.tool("run_code").description
+
+
+def test_pieces_are_made_once_per_tool() -> None:
+    cache = BindingsCache()
+    tools = synthetic(20)
+    first = cache.assemble(tools)
+    again = cache.assemble(tools)
+    assert [p for _, p in first.pieces] == [p for _, p in again.pieces]  # the same objects
+    clash = ToolDef(name="Extra0Args", handler=lambda a: "")
+    both = cache.assemble([*tools, clash])
+    assert "Extra0Args" in both.functions.values() and both.functions["Extra0Args_2"] == "Extra0Args"
+
+
+# -- typed results from type hints ----------------------------------------------------------
+
+
+class Point(TypedDict):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Box:
+    width: int
+    height: int = 1
+
+
+@attrs.define
+class Forecast:
+    high: float
+    low: float
+
+
+def test_type_hints_give_typed_results_in_scripts(tmp_path: Path) -> None:
+    @tool
+    def count_words(text: str) -> int:
+        """Count the words."""
+        return len(text.split())
+
+    @tool
+    def split_words(text: str) -> list[str]:
+        return text.split()
+
+    @tool
+    def origin() -> Point:
+        return {"x": 0, "y": 0}
+
+    @tool
+    def grow(box: Box) -> Box:
+        return Box(box.width * 2, box.height * 2)
+
+    @tool
+    def forecast(city: str) -> Forecast:
+        return Forecast(20.5, 11.0)
+
+    @tool
+    def is_empty(text: str) -> bool:
+        return not text
+
+    with Nexus.from_config({"workspace": str(tmp_path), "plugins": {"active": [CE]}}) as nx:
+        for fn in (count_words, split_words, origin, grow, forecast, is_empty):
+            nx.register(fn)
+        description = nx.tool("run_code").description
+        for stub in ("def count_words(*, text: str) -> CountWordsResult:", "CountWordsResult = int",
+                     "SplitWordsResult = list[str]", "class OriginResult:", "class GrowArgsBox:  # or a dict",
+                     "class GrowResult:", "class ForecastResult:", "IsEmptyResult = bool"):
+            assert stub in description
+        script = """\
+import tools
+
+def run(ctx):
+    n = tools.count_words(text="one two three")
+    words = tools.split_words(text="a b")
+    o = tools.origin()
+    box = tools.grow(box={"width": 2})
+    f = tools.forecast(city="Bern")
+    empty = tools.is_empty(text="")
+    return {"n": n + 1, "n_is_int": isinstance(n, int), "words": words, "x": o.x, "box": [box.width, box.height],
+            "high": f.high, "empty": empty, "empty_is_bool": isinstance(empty, bool)}
+"""
+        result = nx.invoke("run_code", {"script": script})
+        assert result.output_structured == {"result": {
+            "n": 4, "n_is_int": True, "words": ["a", "b"], "x": 0, "box": [4, 2], "high": 20.5, "empty": True,
+            "empty_is_bool": True}}, result.output
+
+
+# -- what the model reads -------------------------------------------------------------------
+
+
+def test_long_output_keeps_its_head_and_tail(tmp_path: Path) -> None:
+    with default_nexus(tmp_path, max_output_bytes=2000) as nx:
+        script = "def run(ctx):\n    for i in range(1000):\n        print('row', i)\n    print('the end')\n    return 'done'\n"
+        result = nx.invoke("run_code", {"script": script})
+    stdout = result.output_structured["stdout"]
+    assert stdout.startswith("row 0\nrow 1\n") and stdout.endswith("row 999\nthe end\n")
+    head, _, tail = stdout.partition("[... ")
+    dropped_text, _, rest = tail.partition(" bytes dropped ...]\n")
+    total = sum(len(f"row {i}\n") for i in range(1000)) + len("the end\n")
+    # every byte is kept or counted (the head may end with a newline the marker line added)
+    assert total <= int(dropped_text) + len(head) + len(rest) <= total + 1
+    assert result.output_structured["stdout_truncated"] is True and len(stdout.encode()) <= 2000
+    assert result.output == stdout + "--- result ---\ndone"  # plain text, not JSON on one line
+
+
+def test_what_a_model_reads_is_capped_by_max_text_bytes(tmp_path: Path) -> None:
+    with default_nexus(tmp_path, max_text_bytes=1000) as nx:
+        result = nx.invoke("run_code", {"script": "def run(ctx):\n    return ['item %d' % i for i in range(500)]\n"})
+    assert len(result.output.encode()) <= 1000 and " bytes dropped ...]\n" in result.output
+    assert result.output.startswith('["item 0", "item 1"') and result.output.endswith('"item 499"]')
+    assert len(result.output_structured["result"]) == 500  # programs get all of it
