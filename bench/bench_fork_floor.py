@@ -95,7 +95,14 @@ def main() -> int:
     from nexus_tool_code_exec.child import runtime
     from nexus_tool_code_exec.zygote.main import _preimport
 
-    net_fd = _preimport(list(DEFAULT_ALLOWED_PACKAGES))
+    statuses = sandbox.layer_statuses()
+    layers = sorted(name for name, st in statuses.items() if st.active)
+    root = tempfile.mkdtemp(prefix="nexus-floor-")
+    os.chmod(root, 0o711)
+    policy: dict[str, Any] = {"layers": layers, "limits": {"memory_mb": 512, "cpu_seconds": 31},
+                              "read_paths": list(sandbox.runtime_read_paths())}
+    net_fd = _preimport(list(DEFAULT_ALLOWED_PACKAGES), policy, root)  # type: ignore[arg-type]
+    policy["net_fd"] = net_fd
     gc.collect()
     gc.freeze()
     rows["zygote image"] = {**forks(opts.forks, exit_at_once), "rss_anon_kib": rss_anon_kib()}
@@ -118,14 +125,8 @@ def main() -> int:
 
     rows["+ a trivial run"] = forks(opts.forks, trivial_run)
 
-    statuses = sandbox.layer_statuses()
-    layers = sorted(name for name, st in statuses.items() if st.active)
-    root = tempfile.mkdtemp(prefix="nexus-floor-")
-    os.chmod(root, 0o711)
     # as the zygote gives them: the namespace it made, and a folder each (made here, before the
     # measurement: the zygote keeps folders its scripts left untouched)
-    policy = {"layers": layers, "limits": {"memory_mb": 512, "cpu_seconds": 31},
-              "read_paths": list(sandbox.runtime_read_paths()), "net_fd": net_fd}
     folders[:] = [tempfile.mkdtemp(dir=root) for _ in range(opts.forks)]
     rows["+ the sandbox"] = {**forks(opts.forks, lambda w: trivial_run(w, policy)), "layers": layers}
 

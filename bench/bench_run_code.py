@@ -668,7 +668,14 @@ def machine() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
+    try:
+        import nexus_tool_code_exec
+
+        source = str(Path(nexus_tool_code_exec.__file__).parent)
+    except ImportError:
+        source = ""
     return {
+        "run_code_measured_from": source,  # the checkout measured (this file can measure another's)
         "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
         "kernel": platform.release(), "python": platform.python_version(), "executable": sys.executable,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions,
