@@ -16,7 +16,6 @@ from nexus_core import Nexus, native_tool
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import engine_for, protocol
 from nexus_tool_code_exec.child import runtime
-from nexus_tool_code_exec.child.channel import Channel
 from nexus_tool_code_exec.host import fastpath, runner
 from nexus_tool_code_exec.host.fastpath import SPARES
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
@@ -193,14 +192,13 @@ def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factor
     assert [r.output_structured["result"] for r in slow_results] == ["slow"] * (SPARES + 1)
 
 
-def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
+def test_the_start_message_carries_the_hosts_code_and_no_bindings_the_child_has(
         nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    starts: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []
     original = runner.ScriptRun._send
 
     def spy(self: Any, msg: dict[str, Any]) -> None:
-        if msg.get("t") == "start":
-            starts.append(msg)
+        sent.append(msg)
         original(self, msg)
 
     monkeypatch.setattr(runner.ScriptRun, "_send", spy)
@@ -209,14 +207,19 @@ def test_the_start_message_carries_no_code_or_bindings_a_lone_runs_child_has(
     launcher = launcher_of(nx)
     held_spare_pid(launcher)
     assert wait_until(lambda: len(launcher.spares()) == SPARES and all(sp.key for sp in launcher.spares()))
-    result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.echo(text='hi').output\n"})
+    sent.clear()
+    script = "import tools\n\ndef run(ctx):\n    return [tools.echo(text='hi').output for _ in range(2)]\n"
+    result = nx.invoke("run_code", {"script": script})
     assert_ok(result)
-    assert result.output_structured["result"] == "hi"
-    start = starts[-1]
+    assert result.output_structured["result"] == ["hi", "hi"]
+    start, answers = sent[0], sent[1:]
+    assert start["t"] == "start"
     assert "bindings" not in start  # the spare compiled them in the zygote
-    # a lone run's child was sent the source early and compiled it while the host checked it;
-    # otherwise the host sends the code it compiled
-    assert start.get("spin") is True and "code" not in start
+    assert start["code"]["magic"] == protocol.pack_code(compile("", "x", "exec"))["magic"]  # compiled here
+    assert [a["t"] for a in answers] == ["result", "result"]
+    if CPUS >= 2:
+        # a lone run is placed at its first call; its first answer tells the child to poll for the next
+        assert answers[0].get("spin") is True and "spin" not in answers[1]
 
 
 def test_code_for_another_bytecode_version_is_compiled_from_the_source() -> None:
@@ -249,56 +252,34 @@ def _affinity_of(tid: int) -> set[int]:
     return os.sched_getaffinity(tid)
 
 
-def test_a_child_taken_early_for_a_script_that_is_then_rejected_is_let_go(nexus_factory: NexusFactory) -> None:
-    """The child is taken (and woken) before the check; a rejected script leaves no process, no
-    run counted as going on (so the next lone run is placed again), and its spare replaced."""
+def test_a_rejected_script_takes_no_child(nexus_factory: NexusFactory) -> None:
+    """The script is checked before a child is taken: a rejected one leaves the spares as they
+    were, no run counted as going on, and the next run takes the spare that waited."""
     nx = make(nexus_factory)
     launcher = launcher_of(nx)
-    taken = held_spare_pid(launcher)
+    waiting = held_spare_pid(launcher)
     result = nx.invoke("run_code", {"script": "import socket\n\ndef run(ctx):\n    return 1\n"})
     assert result.error is not None and result.error.startswith("script rejected:")
     assert fastpath.placements.active == 0 and fastpath.placements.placed == []
-    assert wait_until(lambda: taken not in descendants(launcher.pid))  # let go, not left waiting
-    assert wait_until(lambda: len(launcher.spares()) == SPARES and taken not in spare_pids(launcher))
+    assert waiting in spare_pids(launcher) and waiting in descendants(launcher.pid)
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
+    assert wait_until(lambda: waiting not in descendants(launcher.pid))  # that run took it
 
 
-def test_a_failure_between_the_early_take_and_the_run_lets_the_child_go(
+def test_a_failure_before_the_launch_leaves_nothing_taken(
         nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     nx = make(nexus_factory)
     launcher = launcher_of(nx)
-    taken = held_spare_pid(launcher)
+    waiting = held_spare_pid(launcher)
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("the compiler broke")
 
-    # after the check, before the run: the bindings are looked up
+    # after the check, before the launch: the bindings are looked up
     monkeypatch.setattr(type(engine_for(nx)), "bindings", broken)
     result = nx.invoke("run_code", {"script": TRIVIAL})
     assert result.error is not None and "the compiler broke" in result.error
     assert fastpath.placements.active == 0 and fastpath.placements.placed == []
-    assert wait_until(lambda: taken not in descendants(launcher.pid))
+    assert waiting in spare_pids(launcher)
     monkeypatch.undo()
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))
-
-
-def test_a_child_runs_its_early_compiled_code_only_for_the_same_script() -> None:
-    r, w = os.pipe()
-    try:
-        stage = runtime.Stage(Channel(r, w))
-        stage.precompile("def run(ctx):\n    return 'early'\n")
-        module: dict[str, Any] = {}
-        exec(stage.code_for({"script": "def run(ctx):\n    return 'early'\n"}), module)
-        assert module["run"](None) == "early"
-        # another script (or one the host compiled and sent): never the early code
-        exec(stage.code_for({"script": "def run(ctx):\n    return 'other'\n"}), module)
-        assert module["run"](None) == "other"
-        sent = {"script": "def run(ctx):\n    return 'early'\n", "code": compiled("def run(ctx):\n    return 'sent'\n")}
-        exec(stage.code_for(sent), module)
-        assert module["run"](None) == "sent"
-        stage.precompile("def run(ctx):\n    return (\n")  # does not compile: left for the start
-        exec(stage.code_for({"script": "def run(ctx):\n    return 3\n"}), module)
-        assert module["run"](None) == 3
-    finally:
-        os.close(r)
-        os.close(w)

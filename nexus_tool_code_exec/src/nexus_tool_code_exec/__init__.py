@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import hookimpl
-
 if TYPE_CHECKING:
-    from nexus_core import Nexus, Question, ToolDef
+    from nexus_core import Nexus
 
     from .host.engine import CodeExec
+    from .host.plugin import CodeExecPlugin
 
 PLUGIN_ID = "nexus.tool.code_exec"
 
@@ -68,94 +67,26 @@ def config_schema() -> dict[str, Any]:
     }
 
 
-class CodeExecPlugin:
-    """The plugin object of one Nexus (the entry point names this class): its run_code engine,
-    configured from that Nexus's `plugins.nexus.tool.code_exec` section."""
-
-    NEXUS_PLUGIN_ID = PLUGIN_ID
-
-    def __init__(self, nexus: Nexus) -> None:
-        self.nexus = nexus
-        self.config: dict[str, Any] = {}
-        self.engine: CodeExec | None = None
-
-    @hookimpl
-    def nexus_config_schema(self) -> dict[str, Any]:
-        return config_schema()
-
-    @hookimpl
-    def nexus_configure(self, config: dict[str, Any]) -> None:
-        self.config = config
-
-    @hookimpl
-    def nexus_register_tools(self, register: Any) -> None:
-        from .host.engine import CodeExec  # here, not at import: `nexus --help` imports this module
-
-        self.engine = CodeExec(self.nexus, self.config, plugin_id=PLUGIN_ID)
-        self.engine.tooldefs(register)
-
-    # run_code's description lists the other tools and the active skills: keep it current
-    @hookimpl
-    def nexus_tool_register(self, tool: ToolDef) -> None:
-        if self.engine is not None:
-            self.engine.tools_changed(tool)
-
-    @hookimpl
-    def nexus_tool_unregister(self, tool: ToolDef) -> None:
-        if self.engine is not None:
-            self.engine.tools_changed(tool, gone=True)
-
-    @hookimpl
-    def nexus_skill_loaded(self) -> None:
-        if self.engine is not None:
-            self.engine.skills_changed()
-
-    @hookimpl
-    def nexus_skill_deactivate(self) -> None:
-        if self.engine is not None:
-            self.engine.skills_changed()
-
-    # a script's inner call that waits for a person does not use up the script's time
-    @hookimpl
-    def nexus_ask_start(self, question: Question) -> None:
-        if self.engine is not None:
-            self.engine.pause_clock(question.call.parent_call_id)
-
-    @hookimpl
-    def nexus_ask_end(self, question: Question) -> None:
-        if self.engine is not None:
-            self.engine.resume_clock(question.call.parent_call_id)
-
-    @hookimpl
-    def nexus_shutdown(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-
-    @hookimpl
-    def nexus_doctor(self) -> list[str] | None:
-        return self.engine.doctor_lines() if self.engine is not None else None
-
-    @staticmethod
-    @hookimpl
-    def nexus_register_commands(cli: Any) -> None:
-        from .host.cli import run_command
-
-        cli.add_command(run_command)
-
-
 def engine_for(nexus: Nexus) -> CodeExec | None:
     """The run_code engine of a Nexus (for `nexus run`, `nexus doctor` and tests), or None when
     `nexus.tool.code_exec` is not active in it."""
+    from .host.plugin import CodeExecPlugin
+
     plugin = nexus.plugin(PLUGIN_ID)
     return plugin.engine if isinstance(plugin, CodeExecPlugin) else None
 
 
 def __getattr__(name: str) -> Any:
+    # the host's side, imported when asked for: the zygote and the children import parts of
+    # this package and must not pay for nexus_core (and pluggy, jsonschema) in their memory
     if name == "CodeExec":
         from .host.engine import CodeExec
 
         return CodeExec
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "CodeExecPlugin":
+        from .host.plugin import CodeExecPlugin
 
+        return CodeExecPlugin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecPlugin", "engine_for"]

@@ -19,6 +19,7 @@ import array
 import base64
 import importlib.util
 import json
+import json.scanner
 import marshal
 import os
 import select
@@ -35,7 +36,6 @@ Message = dict[str, Any]
 # -- message types ------------------------------------------------------------------------------
 
 # host -> child
-WAKE: Final = "wake"  # your script is coming: compile it, and poll for the start (a lone run)
 START: Final = "start"  # run this script
 RESULT: Final = "result"  # the answer to a call
 # child -> host
@@ -48,7 +48,7 @@ ERROR: Final = "error"  # the end: what went wrong
 READY: Final = "ready"  # up and running
 SPARE: Final = "spare"  # a child forked ahead (its pipe ends passed with the message)
 FORKED: Final = "forked"  # the child a FORK asked for (its pipe ends passed with the message)
-EXIT: Final = "exit"  # a child ended
+EXIT: Final = "exit"  # a child the host had killed ended
 # host -> zygote
 FORK: Final = "fork"  # a child now (no spare at hand)
 KILL: Final = "kill"  # kill that child's process group
@@ -86,12 +86,6 @@ class CallResult(TypedDict, total=False):
     output_structured: Any
 
 
-class WakeMessage(TypedDict):
-    t: Literal["wake"]
-    spin: int  # microseconds to poll for the start before sleeping again
-    script: str
-
-
 class StartMessage(TypedDict):
     t: Literal["start"]
     call_id: str
@@ -103,14 +97,14 @@ class StartMessage(TypedDict):
     max_result_bytes: int
     timeout: float
     bindings: NotRequired[str]  # the `tools` source, left out for a child that has it compiled
-    code: NotRequired[CompiledCode]  # left out for a child that compiled the source itself
-    spin: NotRequired[bool]  # the child runs on CPUs of its own: it may poll for answers
+    code: NotRequired[CompiledCode]  # the script as the host compiled it (absent: compile the source)
 
 
 class ResultMessage(TypedDict):
     t: Literal["result"]
     id: Any  # the call's id, as the child sent it
     result: CallResult
+    spin: NotRequired[bool]  # the child runs on CPUs of its own now: it may poll for the answers that follow
 
 
 class CallMessage(TypedDict):
@@ -160,6 +154,8 @@ class SpareMessage(TypedDict):
     scratch: str
     key: str  # the bindings it has compiled ("" for none)
     idle: bool  # it runs under SCHED_IDLE until the host lifts that
+    replaces: int | None  # the spare whose run ended, for which this one was forked
+    trash: list[str]  # scratch folders their scripts changed, renamed out of the way: the host removes them
 
 
 class ForkedMessage(TypedDict):
@@ -229,13 +225,29 @@ def unpack_code(sent: Any) -> types.CodeType | None:
 
 
 def encoder(default: Callable[[Any], Any] | None = None) -> Callable[[Any], bytes]:
-    """A function from a message to its line (one JSON encoder, built once: json.dumps with
-    options builds a new one per call). `default` turns what JSON has no type for into what it
-    has, as json.dumps's does."""
-    encode = json.JSONEncoder(separators=(",", ":"), default=default).encode
+    """A function from a message to its line, built once. `default` turns what JSON has no type
+    for into what it has, as json.dumps's does. It calls the json module's C encoder directly:
+    `JSONEncoder.encode` builds a new one for every message (half of what encoding a call's
+    answer cost). Without the cycle check json.dumps makes (a structure that contains itself
+    fails with RecursionError instead of ValueError)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        encode = json.JSONEncoder(separators=(",", ":"), default=default).encode
+
+        def plain(msg: Any) -> bytes:
+            return (encode(msg) + "\n").encode()
+
+        return plain
+
+    def no_default(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    chunks = make(None, default or no_default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                  False, False, True)
+    join = "".join
 
     def line(msg: Any) -> bytes:
-        return (encode(msg) + "\n").encode()
+        return (join(chunks(msg, 0)) + "\n").encode()
 
     return line
 
@@ -246,7 +258,10 @@ encode = encoder()
 
 def write_all(fd: int, data: bytes) -> None:
     """All of `data` to `fd`, however many writes that takes (raises OSError as os.write does)."""
-    view = memoryview(data)
+    done = os.write(fd, data)
+    if done == len(data):
+        return
+    view = memoryview(data)[done:]
     while view:
         view = view[os.write(fd, view):]
 
@@ -260,14 +275,15 @@ def send_with_fds(sock: socket.socket, msg: Any, fds: list[int] | None = None) -
         sock.sendall(data)
 
 
-def fd_receiver(sock: socket.socket, passed: list[list[int]]) -> Callable[[], bytes]:
+def fd_receiver(sock: socket.socket, passed: list[list[int]], flags: int = 0) -> Callable[[], bytes]:
     """A read function for a `LineReader` on `sock` that keeps the fds passed with the bytes, a
     list per recvmsg, in `passed` in order of arrival. Each message that carries fds was sent
-    with one sendmsg, so the n-th such message read owns the n-th list."""
+    with one sendmsg, so the n-th such message read owns the n-th list. `flags` go to recvmsg
+    (MSG_DONTWAIT: raise BlockingIOError rather than wait)."""
 
     def read() -> bytes:
         fds = array.array("i")
-        data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize))
+        data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(8 * fds.itemsize), flags)
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
@@ -278,6 +294,20 @@ def fd_receiver(sock: socket.socket, passed: list[list[int]]) -> Callable[[], by
 
 
 # -- receiving ----------------------------------------------------------------------------------
+
+
+#: the scanner json.loads uses underneath (the C one where there is one)
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def _parse(line: bytes | bytearray) -> Any:
+    """One JSON value from a whole line, as json.loads reads it, without json.loads's detours
+    for bytes (its encoding detection and wrappers cost as much as the parsing)."""
+    text = line.decode("utf-8", "surrogatepass").strip(" \t\n\r")
+    value, end = _scan(text, 0)
+    if end != len(text):
+        raise ValueError("more after the value")
+    return value
 
 
 class FramingError(Exception):
@@ -321,8 +351,8 @@ class LineReader:
         self._start = self._scanned = nl + 1
         self.size = len(line)
         try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):  # nesting deep enough to exhaust the parser
+            msg = _parse(line)
+        except (ValueError, RecursionError, StopIteration):  # deep nesting exhausts the parser
             raise FramingError("a line that is not JSON") from None
         if not isinstance(msg, dict):
             raise FramingError("a message that is not an object")

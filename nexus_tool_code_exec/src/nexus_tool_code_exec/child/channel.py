@@ -34,8 +34,9 @@ class Channel:
         self._closed: str | None = None
         self._lines = protocol.LineReader(MAX_LINE)
         self._ids = itertools.count(1)
-        # answers usually come within microseconds of a call: the reader spins first (but not
-        # while a spare waits for its script: `expect` turns it on)
+        # answers come within microseconds of a call once the host keeps this process and the
+        # thread that answers on CPUs of their own: it says so in an answer ("spin"), and from
+        # then on the reader polls first. Before that, it sleeps until a message comes.
         self._reader = PipeReader(rfd, eager=False)
 
     def send(self, msg: Any) -> None:
@@ -72,6 +73,8 @@ class Channel:
         try:
             while True:
                 reply = self.read_message()
+                if reply.get("spin"):
+                    self._reader.expect()
                 with self._cond:
                     self._replies[reply.get("id", -1)] = reply
                     self._cond.notify_all()

@@ -5,7 +5,6 @@ A child's life, with the messages of protocol.py:
 
     isolate      enter the sandbox the host's policy asks for (or report why not, and exit)
     Stage        set up what every run needs, while it waits for its script (a spare waits long)
-    WAKE         (a lone run) the script's source comes early: compile it while the host checks it
     START        install `tools`, `parallel`, `skills`; run `run(ctx)`; each tool call is a CALL
                  to the host, which answers with a RESULT; output goes as OUT messages
     DONE/ERROR   the end: run's return value as JSON, or what went wrong; then the process exits
@@ -250,8 +249,9 @@ def warm_bindings(tools: types.ModuleType) -> None:
 
 
 def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int) -> None:
-    """Enter the sandbox `policy` asks for, keeping only the two pipe fds. Where it cannot be
-    entered, tell the host (an ERROR of kind SANDBOX: the script never ran) and exit."""
+    """Enter the sandbox `policy` asks for, keeping only the two pipe fds (and closing every
+    other). Where it cannot be entered, tell the host (an ERROR of kind SANDBOX: the script
+    never ran) and exit."""
     if not policy.get("layers"):
         # no layer at all (none works here): still a process group of its own, which the
         # timeout kills whole, and the scratch folder as the working directory
@@ -303,7 +303,7 @@ def load_code(start: dict[str, Any]) -> types.CodeType:
     return compile(start["script"], SCRIPT_FILENAME, "exec", dont_inherit=True)
 
 
-#: a START as the host sends it, for a spare to take through the path a real one takes
+#: a START as the host sends it, for the zygote to take through the path a real one takes
 _SAMPLE_START = protocol.encode({
     "t": protocol.START, "call_id": "call_sample", "script": "def run(ctx):\n    return 1\n",
     "code": protocol.pack_code(compile("def run(ctx):\n    return 1\n", SCRIPT_FILENAME, "exec", dont_inherit=True)),
@@ -311,9 +311,27 @@ _SAMPLE_START = protocol.encode({
 })
 
 
+def warm_up() -> None:
+    """In the zygote, before it forks: a start message's way through this module, on a sample,
+    a few times over. What that leaves (the JSON decoder's and base64's lazily built parts,
+    marshal's, the interpreter's specialised code for these functions) every child then has,
+    instead of building it into pages of its own: in a fresh fork each first pass costs page
+    faults, paid by every run."""
+    for _ in range(16):
+        lines = protocol.LineReader(MAX_LINE)
+        lines.feed(_SAMPLE_START)
+        sample = lines.next()
+        assert sample is not None
+        module = types.ModuleType("__sample__")
+        exec(load_code(sample), module.__dict__)
+        value = module.__dict__["run"](Context(call_id="call_sample", timeout_seconds=1.0))
+        _encode({"t": protocol.DONE, "result": json.dumps(value, default=_json_default, allow_nan=False),
+                 "truncated": False})
+
+
 class Stage:
     """What a run needs that does not depend on its script: set up by a spare before its script
-    comes, so that the run does not pay for it (in a fresh fork, mostly page faults)."""
+    comes, so that the run does not pay for it."""
 
     def __init__(self, channel: Channel) -> None:
         from . import parallel
@@ -331,15 +349,6 @@ class Stage:
         self.module = types.ModuleType("__script__")
         self.module.__file__ = SCRIPT_FILENAME
         signal.signal(signal.SIGALRM, self.report_where)
-        self._compiled: tuple[str, types.CodeType] | None = None
-        # the start message's way through this process, once, on a sample (made in the zygote):
-        # its first pass through the framing, the JSON decoder, base64 and marshal costs ~0.3 ms
-        # of page faults in a fresh fork, better paid while nobody waits
-        lines = protocol.LineReader(MAX_LINE)
-        lines.feed(_SAMPLE_START)
-        sample = lines.next()
-        assert sample is not None
-        exec(load_code(sample), types.ModuleType("__sample__").__dict__)
 
     def report_where(self, signum: int, frame: types.FrameType | None) -> None:
         """SIGALRM, near the deadline and every WHERE_EVERY seconds after: tell the host which of
@@ -361,23 +370,6 @@ class Stage:
                 pass
             finally:
                 lock.release()
-
-    def precompile(self, script: Any) -> None:
-        """Compile the script the host said is coming, while the host checks it (it runs only
-        once the start message comes, which names the same script). A script that does not
-        compile is left for the start, where its error is reported as usual."""
-        if isinstance(script, str):
-            try:
-                self._compiled = (script, compile(script, SCRIPT_FILENAME, "exec", dont_inherit=True))
-            except Exception:
-                self._compiled = None
-
-    def code_for(self, start: dict[str, Any]) -> types.CodeType:
-        """The code of the start's script: compiled already from the same source, or loaded
-        from what the host sent."""
-        if self._compiled is not None and self._compiled[0] == start.get("script") and "code" not in start:
-            return self._compiled[1]
-        return load_code(start)
 
 
 def install_modules(start: dict[str, Any], stage: Stage) -> None:
@@ -450,8 +442,7 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
 
     try:
         install_modules(start, stage)
-        code = stage.code_for(start)
-        exec(code, module.__dict__)
+        exec(load_code(start), module.__dict__)
         run: Callable[[Any], Any] = module.__dict__["run"]
         value = run(Context(call_id=start.get("call_id", ""), timeout_seconds=float(start.get("timeout", 30))))
     except MemoryError as exc:
@@ -486,17 +477,8 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
     channel = Channel(rfd, wfd, _encode)
     try:
         stage = Stage(channel)
-        while start is None:
-            msg = channel.read_message()
-            if msg.get("t") == protocol.WAKE:  # its script is on its way: compile it, poll for the start
-                channel.expect(min(float(msg.get("spin") or 0), 20000.0) / 1e6)
-                stage.precompile(msg.get("script"))
-                continue
-            start = msg
-        if start.get("spin"):
-            # the host keeps this process off the CPU of the thread that reads it: polling
-            # for the answers does not take their CPU (otherwise the waits turn polling on)
-            channel.expect()
+        if start is None:
+            start = channel.read_message()
         final = run_script(channel, start, stage)
     except ChannelClosed:
         return

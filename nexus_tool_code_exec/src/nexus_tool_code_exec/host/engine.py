@@ -10,9 +10,9 @@ A run, top to bottom (`CodeExec.execute`), each step in one place:
     finish    the child ended, how the run ended (runner.py)             _run: ScriptRun.run
     persist   the session folder (session.py), the result event          _persist
 
-The latency tricks (fastpath.py) stay behind names: the child a lone run takes early (a `Seat`,
-woken while the script is checked), and what the host does while the child starts the script
-(`_announce`: the request event and the session folder).
+The latency tricks (fastpath.py, launchers/zygote.py) stay behind names: the spare child a run
+takes (a `Seat`), and what the host does while the child starts the script (`_announce`: the
+request event and the session folder).
 """
 
 from __future__ import annotations
@@ -452,17 +452,9 @@ class CodeExec:
         the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
         # a script sent inside markdown fences runs as the code inside them
         run = self._request(unfence(script), call_id, record)
-        script = run.script
-        # a lone run's child is taken now and told its script is coming, so that it wakes (and
-        # compiles the source) while the host checks the script
-        early = Seat.early(self._launcher, script) if not self.missing_required() else None
-        try:
-            outcome = self._check(run)
-            if outcome is None:
-                outcome = self._run(run, early)
-        finally:
-            if early is not None:
-                early.abandon()  # no run took it (nothing, once one did)
+        outcome = self._check(run)
+        if outcome is None:
+            outcome = self._run(run)
         return self._persist(run, outcome)
 
     def _request(self, script: str, call_id: str, record: bool) -> _Run:
@@ -485,13 +477,13 @@ class CodeExec:
             return Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
         return None
 
-    def _run(self, run: _Run, early: Seat | None) -> Outcome:
-        """Launch the script's process (unless one was taken early) and serve it to its end."""
+    def _run(self, run: _Run) -> Outcome:
+        """Launch the script's process and serve it to its end."""
         bindings = self.bindings()
         launcher = self.launcher()
-        start = self._start_message(run, bindings, launcher, woken=early is not None and early.woken)
+        start = self._start_message(run, bindings, launcher)
         try:
-            seat = early or Seat.take(launcher)
+            seat = Seat.take(launcher)
         except Exception as exc:
             self._announce(run)  # announced all the same
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
@@ -515,9 +507,9 @@ class CodeExec:
         if served is not None:
             served.resume()
 
-    def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher, woken: bool) -> protocol.StartMessage:
-        """The START: the script (its code, unless the child compiled the source itself when it
-        was woken), the bindings (which the launcher's next children get compiled), the limits."""
+    def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher) -> protocol.StartMessage:
+        """The START: the script (and its code, compiled here), the bindings (which the
+        launcher's next children get compiled), the limits."""
         key = f"{id(self)}:{self.nexus.tools_version}"
         launcher.preload(key, bindings.source)
         start: protocol.StartMessage = {
@@ -532,12 +524,11 @@ class CodeExec:
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
         }
-        if not woken:
-            # compiled here, from the tree the check parsed: the child only loads it (a fresh
-            # child compiles several times slower than this warm process, see child.runtime.load_code).
-            # A child woken early has compiled the source itself, while the host checked it.
-            assert run.code is not None
-            start["code"] = protocol.pack_code(run.code)
+        # compiled here (by the check, from the tree it parsed): the child only loads it (a
+        # fresh child compiles several times slower than this warm process, see
+        # child.runtime.load_code)
+        assert run.code is not None
+        start["code"] = protocol.pack_code(run.code)
         return start
 
     def _announce(self, run: _Run) -> None:

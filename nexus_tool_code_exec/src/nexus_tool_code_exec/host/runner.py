@@ -181,6 +181,7 @@ class ScriptRun:
         self._messages = 0
         self._watchdog: Watchdog | None = None  # the deadline of the child being served
         self._pauses = 0  # pauses asked for before a watchdog was running (or between two)
+        self._tell_spin = False  # the next answer tells the child to poll for the ones after it
         # the host's budget for this run (see MAX_PENDING_CALL_BYTES and the rest)
         self._budget = threading.Condition()
         self._in_flight = 0  # calls received, not yet answered
@@ -238,11 +239,9 @@ class ScriptRun:
         with self._budget:
             self._serving = True
         try:
-            self._send(self._start_for(child, seat, start))
+            self._send(self._start_for(child, start))
             if meanwhile is not None:
                 meanwhile()
-            if seat.placed:
-                pipe.reader.expect(fastpath.FIRST_SPIN)  # a short script's end comes within it
             ending.final, ending.violation = self._read_to_the_end(seat, pipe)
         finally:
             seat.release()
@@ -278,15 +277,13 @@ class ScriptRun:
         return ending
 
     @staticmethod
-    def _start_for(child: Child, seat: Seat, start: protocol.StartMessage) -> protocol.StartMessage:
-        """The START this child gets: without the bindings where it has them compiled; with
-        "spin" where it runs on CPUs of its own (it may poll for its first call's answer too)."""
-        sent = dict(start)
+    def _start_for(child: Child, start: protocol.StartMessage) -> protocol.StartMessage:
+        """The START this child gets: without the bindings where it has them compiled."""
         if child.bindings_key is not None and child.bindings_key == start.get("bindings_key"):
-            sent.pop("bindings", None)
-        if seat.placed:
-            sent["spin"] = True
-        return sent  # type: ignore[return-value]
+            sent = dict(start)
+            del sent["bindings"]
+            return sent  # type: ignore[return-value]
+        return start
 
     def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[dict[str, Any] | None, str | None]:
         """The final message, or the protocol violation, or (None, None) if the child went away
@@ -305,7 +302,9 @@ class ScriptRun:
 
         def read_on() -> None:
             if seat.place_reader():
-                pipe.reader.expect()  # on CPUs of their own: answers and calls come quickly
+                # on CPUs of their own: calls and answers come quickly, both sides poll for them
+                pipe.reader.expect()
+                self._tell_spin = True
             try:
                 ended = self._read_loop(pipe, hand_off=False)
                 assert ended is not None  # only a hand-off returns None
@@ -515,7 +514,11 @@ class ScriptRun:
         # settled before the answer goes out: the call the child makes next, once it has it,
         # then never finds this one still counted
         self._settle(msg)
-        self._send({"t": protocol.RESULT, "id": rid, "result": reply})
+        answer: protocol.ResultMessage = {"t": protocol.RESULT, "id": rid, "result": reply}
+        if self._tell_spin:
+            self._tell_spin = False
+            answer["spin"] = True
+        self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
         self.ledger.record(call, result, size)
 

@@ -98,9 +98,6 @@ class Launcher(abc.ABC):
     """Makes the children that run scripts, each isolated by one policy (layers, limits, read
     paths) and with a scratch folder of its own, which `Child.close()` removes."""
 
-    #: `launch()` hands out children that are up and waiting for their script already, so that
-    #: taking one before the script is checked, and waking it, pays (host/fastpath.py)
-    children_wait_ready: bool = False
     #: the pid of the helper process it keeps, if any (for `nexus doctor`)
     pid: int | None = None
 

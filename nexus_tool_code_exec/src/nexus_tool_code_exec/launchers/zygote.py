@@ -1,10 +1,15 @@
 """The zygote launcher (runs in the host): the host's side of the warm zygote (zygote/main.py).
 
 It starts a zygote on first use and a new one whenever the last has died. Each zygote process
-has a `_Zygote` here: its socket, the thread that reads it, the spares it forked ahead (host/
-fastpath.py's `SparePool`), the forks asked of it and the exits it reported. What a zygote leaves
-when it dies belongs to its own `_Zygote` alone, so nothing of a dead zygote's state can touch
-its successor's, and a child knows whether it died with its zygote (`died_with_its_maker`).
+has a `_Zygote` here: its socket, the spares it forked ahead (host/fastpath.py's `SparePool`),
+the forks asked of it and the exits it reported. What a zygote leaves when it dies belongs to
+its own `_Zygote` alone, so nothing of a dead zygote's state can touch its successor's, and a
+child knows whether it died with its zygote (`died_with_its_maker`).
+
+No thread of the host waits on the zygote's socket: its messages (a spare forked, a child's
+exit) wait in the socket until a run needs them, and the thread that needs one reads whatever
+has come (`_Zygote.wait_for`). So a run costs the host no thread wake-up for the zygote's sake,
+and a host at rest has nothing of run_code's awake.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future
 
 import attrs
 
 from .. import protocol
 from ..host.cleanup import janitor, remove_logged
-from ..host.fastpath import SPARES, Spare, SparePool
+from ..host.fastpath import SPARE_WAIT, SPARES, Spare, SparePool
 from .base import CHILD_ENV, Child, Launcher
 
 #: how long a launch waits for the child a FORK asked for
@@ -39,6 +44,14 @@ class ZygoteError(Exception):
     """The zygote could not be started or stopped answering."""
 
 
+def _hung_up(pipe_end: int) -> bool:
+    """Whether the other end of the pipe `pipe_end` reads is closed: the child that held it is
+    gone (or closed it, which a child waiting for its script does not do)."""
+    poller = select.poll()
+    poller.register(pipe_end, select.POLLIN)
+    return any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0))
+
+
 def _pidfd_of(pid: int, pipe_end: int) -> int | None:
     """A pidfd of our child `pid`, or None. A pid names our child only while the zygote has not
     reaped it: after opening, the child's end of its pipe still being open (no POLLHUP on ours)
@@ -49,9 +62,7 @@ def _pidfd_of(pid: int, pipe_end: int) -> int | None:
         fd = os.pidfd_open(pid)
     except OSError:
         return None
-    poller = select.poll()
-    poller.register(pipe_end, select.POLLIN)
-    if any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0)):
+    if _hung_up(pipe_end):
         os.close(fd)
         return None
     return fd
@@ -60,10 +71,10 @@ def _pidfd_of(pid: int, pipe_end: int) -> int | None:
 @attrs.define(eq=False)
 class ZygoteChild(Child):
     """A child the zygote forked: killed through the zygote (only it may signal its children
-    under the uid layer, and it knows they are its own), waited for through the zygote's EXIT."""
+    under the uid layer, and it knows they are its own), waited for through the zygote's EXIT.
+    Its scratch folder is the zygote's to keep or remove, once it has reaped it."""
 
     zygote: _Zygote | None = attrs.field(default=None, repr=False)
-    exit_future: Future[_Exit] | None = attrs.field(default=None, repr=False)
     spare: bool = False  # taken from the spares: the zygote forks a replacement once it ends
 
     def kill(self) -> None:
@@ -71,18 +82,17 @@ class ZygoteChild(Child):
             self.zygote.kill(self.pid)
 
     def wait(self, timeout: float = 5.0) -> int | None:
-        if self.exit_future is None:
+        if self.zygote is None:
             return None
-        try:
-            status, cpu = self.exit_future.result(timeout=timeout)
-        except TimeoutError:
+        ended = self.zygote.exit_of(self.pid, timeout)
+        if ended is None:
             return None
-        self.cpu_seconds = cpu
+        status, self.cpu_seconds = ended
         return int(status)
 
     def finished(self) -> None:
-        if self.spare and self.zygote is not None:
-            self.zygote.spares.replacement_coming()
+        if self.zygote is not None:
+            self.zygote.let_go(self.pid, self.spare)
 
     def died_with_its_maker(self) -> bool:
         # its exit is known once the zygote reported it, or once the zygote is gone: a zygote
@@ -94,27 +104,26 @@ class ZygoteChild(Child):
             return
         self._closed = True
         self._close_fds()
-        scratch, future = self.scratch, self.exit_future
-        if scratch and future is not None:
-            # only once the process is gone: a script still writing (it was killed, not
-            # waited for) would otherwise make the removal fail and leave the folder behind
-            future.add_done_callback(lambda _: janitor.remove(scratch))
-        elif scratch:
-            janitor.remove(scratch)
 
 
 class _Zygote:
-    """One zygote process, and the host's side of its socket."""
+    """One zygote process, and the host's side of its socket.
+
+    Whichever thread needs something from the zygote (a spare, a forked child, an exit) reads
+    the socket itself, one thread at a time, and files every message it reads for whoever it is
+    for (`wait_for`)."""
 
     def __init__(self, python: str, allowed: list[str], policy: protocol.ChildPolicy) -> None:
         self.policy = policy
+        self.seccomp = "seccomp" in policy.get("layers", ())
         self.spares = SparePool(SPARES)
         self.gone = False  # its socket was closed: it is dead, or as good as
         self.preloaded_key: str | None = None
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()  # guards the state below, and who reads the socket
+        self._reading = False
         self._send_lock = threading.Lock()
-        self._forks: dict[int, Future[ZygoteChild]] = {}  # by request number
-        self._exits: dict[int, Future[_Exit]] = {}  # by pid, for every child not reaped yet
+        self._forks: dict[int, ZygoteChild | None] = {}  # by request number: None until it came
+        self._watched: dict[int, _Exit | None] = {}  # pid -> its exit, for the children runs have
         self._req = 0
         # every scratch folder of this zygote's children lives below one folder the host made,
         # so the host can remove them all even if the zygote dies without a word
@@ -132,20 +141,19 @@ class _Zygote:
         finally:
             zygote_end.close()
         self.sock = host_end
-        host_end.settimeout(30)
-        lines, passed = protocol.LineReader(1 << 20), list[list[int]]()
-        receive = protocol.fd_receiver(host_end, passed)
+        self._lines = protocol.LineReader(1 << 20)
+        self._passed: list[list[int]] = []
+        self._receive = protocol.fd_receiver(host_end, self._passed, socket.MSG_DONTWAIT)
+        self._poll = select.poll()
+        self._poll.register(host_end, select.POLLIN)
         try:
-            ready = lines.read(receive)
+            ready = self._lines.read(lambda: self.sock.recv(1 << 16) if self._poll.poll(30_000) else b"")
         except (OSError, protocol.FramingError):
             ready = None
         if ready is None or ready.get("t") != protocol.READY:
             self.stop()
             raise ZygoteError("the zygote did not start")
-        host_end.settimeout(None)
         self.pid = int(ready["pid"])
-        threading.Thread(target=self._read, args=(lines, receive, passed), daemon=True,
-                         name="run_code-zygote").start()
 
     def alive(self) -> bool:
         return not self.gone and self.proc.poll() is None
@@ -162,33 +170,60 @@ class _Zygote:
             self.preloaded_key = key
 
     def take_spare(self) -> ZygoteChild | None:
-        spare = self.spares.take(self.preloaded_key)
-        if spare is None:
-            return None
-        child = self._child(spare.pid, spare.scratch, spare.host_read, spare.host_write, spare.exit_future,
-                            bindings_key=spare.key, spare=True)
-        if "seccomp" in self.policy.get("layers", ()):
-            child.pidfd = _pidfd_of(spare.pid, spare.host_read)
-        return child
+        """A spare for a run: one held, or the one being forked (waited for up to SPARE_WAIT);
+        None where none is coming (more runs at once than spares)."""
+        self.wait_for(lambda: False, 0)  # what it said since the last run (a spare, folders to remove)
+        while True:
+            key = self.preloaded_key
+            if not self.wait_for(lambda: bool(self.spares.held()) or not self.spares.coming, SPARE_WAIT):
+                with self._cond:
+                    self.spares.coming.clear()  # it did not come: do not wait for it again
+            with self._cond:
+                spare = self.spares.take(key)
+                if spare is None:
+                    return None
+                self._watched[spare.pid] = None
+            if _hung_up(spare.host_read):  # it died waiting (the zygote reports only the exits it is asked for)
+                self.let_go(spare.pid, spare=True)
+                spare.drop()
+                continue
+            if spare.idle:  # a script waits for it now: no longer only the CPU nobody wants
+                try:
+                    os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:
+                    pass
+            child = ZygoteChild(spare.pid, spare.host_read, spare.host_write, scratch=spare.scratch,
+                                bindings_key=spare.key, zygote=self, spare=True)
+            if self.seccomp:
+                child.pidfd = _pidfd_of(spare.pid, spare.host_read)
+            return child
 
     def fork(self) -> ZygoteChild:
         """A child forked now (no spare at hand: more runs at once than spares)."""
-        fut: Future[ZygoteChild] = Future()
-        with self._lock:
+        with self._cond:
             if self.gone:
                 raise ZygoteError("the zygote is gone")
             self._req += 1
             req = self._req
-            self._forks[req] = fut
+            self._forks[req] = None
         try:
             try:
                 self.send({"t": protocol.FORK, "req": req})
             except OSError as exc:
                 raise ZygoteError(f"the zygote is gone ({exc.strerror})") from None
-            return fut.result(timeout=FORK_WAIT)
+            if not self.wait_for(lambda: self._forks.get(req) is not None or self.gone, FORK_WAIT):
+                raise ZygoteError(f"the zygote did not fork a child within {FORK_WAIT:g} s")
+            with self._cond:
+                child = self._forks.pop(req, None)
+            if child is None:
+                raise ZygoteError("the zygote died")
+            return child
         finally:
-            with self._lock:
-                self._forks.pop(req, None)
+            with self._cond:
+                late = self._forks.pop(req, None)
+            if late is not None:  # it came after all, too late for this launch
+                self.let_go(late.pid, spare=False)
+                late.close()
 
     def kill(self, pid: int) -> None:
         try:
@@ -196,10 +231,28 @@ class _Zygote:
         except OSError:
             pass  # it is gone, and its children with it
 
+    def exit_of(self, pid: int, timeout: float) -> _Exit | None:
+        """How child `pid` (which a run has) ended, once the zygote reported it, waiting up to
+        `timeout` seconds; None if that did not come."""
+        self.wait_for(lambda: self._watched.get(pid) is not None, timeout)
+        with self._cond:
+            return self._watched.get(pid)
+
+    def let_go(self, pid: int, spare: bool) -> None:
+        """A run is done with child `pid`: its exit is nobody's business any more, and if it was
+        a spare, the zygote forks its replacement."""
+        with self._cond:
+            self._watched.pop(pid, None)
+            if spare and not self.gone:
+                self.spares.replacement_coming(pid)
+
     def stop(self) -> None:
         """Close the socket (the zygote then kills its children and exits), wait for it, and
         remove every scratch folder of its children."""
-        self.spares.close()
+        with self._cond:
+            dropped = self.spares.close()
+        for spare in dropped:
+            spare.drop()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -215,72 +268,111 @@ class _Zygote:
 
     # -- what it says ---------------------------------------------------------------------------
 
-    def _child(self, pid: int, scratch: str, rfd: int, wfd: int, exit_future: Future[_Exit],
-               bindings_key: str | None = None, spare: bool = False) -> ZygoteChild:
-        return ZygoteChild(pid, rfd, wfd, scratch=scratch, bindings_key=bindings_key, zygote=self,
-                           exit_future=exit_future, spare=spare)
+    def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Read the zygote's messages until `ready()` (called with the lock held) is true, or
+        `timeout` seconds have passed, or the zygote is gone; whether it is. With timeout 0,
+        what has come already is read, without waiting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                if ready():
+                    return True
+                if self.gone:
+                    return False
+                left = deadline - time.monotonic()
+                if self._reading:  # another thread reads: it files what comes, and wakes us
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                    continue
+                self._reading = True
+            try:
+                self._read(max(left, 0.0))
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
+            if left <= 0:
+                with self._cond:
+                    return ready()
 
-    def _read(self, lines: protocol.LineReader, receive: Callable[[], bytes],
-              passed: list[list[int]]) -> None:
-        """The zygote's messages, until its socket closes. SPARE and FORKED come with the
-        child's two pipe ends, passed with the message's bytes, so `passed` holds them in the
-        order of the messages."""
-        try:
-            while (msg := lines.read(receive)) is not None:
-                kind = msg.get("t")
-                if kind in (protocol.SPARE, protocol.FORKED):
-                    fds = passed.pop(0) if passed else []
-                    self._child_came(msg, fds)
-                elif kind == protocol.EXIT:
-                    pid = int(msg["pid"])
-                    with self._lock:
-                        done = self._exits.pop(pid, None)
-                    self.spares.died(pid)  # if it was a spare no script took
-                    if done is not None and not done.done():
-                        done.set_result((int(msg["status"]), msg.get("cpu")))
-        except Exception:  # noqa: BLE001 - whatever broke the channel, this zygote is unusable
-            pass
-        # the zygote is gone: nobody will answer what is pending, and its children died with it
-        with self._lock:
-            self.gone = True
-            forks, self._forks = list(self._forks.values()), {}
-            exits, self._exits = list(self._exits.values()), {}
-        self.spares.close()
-        for pending in forks:
-            if not pending.done():
-                pending.set_exception(ZygoteError("the zygote died"))
-        for ending in exits:
-            if not ending.done():
-                ending.set_result((-signal.SIGKILL, None))
+    def _read(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the socket to have something, then read everything
+        it has and file each message. The caller is the only reader."""
+        if not self._poll.poll(int(timeout * 1000) if timeout > 0 else 0):
+            return
+        while True:
+            try:
+                data = self._receive()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._died()
+                return
+            self._lines.feed(data)
+            try:
+                while (msg := self._lines.next()) is not None:
+                    self._file(msg)
+            except protocol.FramingError:
+                self._died()
+                return
 
-    def _child_came(self, msg: protocol.Message, fds: list[int]) -> None:
+    def _file(self, msg: protocol.Message) -> None:
+        """One message from the zygote, where it belongs. SPARE and FORKED come with the child's
+        two pipe ends, passed with the message's bytes, so `_passed` holds them in the order of
+        the messages."""
+        kind = msg.get("t")
+        dropped: list[Spare] = []
+        if kind in (protocol.SPARE, protocol.FORKED):
+            fds = self._passed.pop(0) if self._passed else []
+            with self._cond:
+                dropped = self._child_came(msg, fds)
+        elif kind == protocol.EXIT:
+            pid = int(msg["pid"])
+            with self._cond:
+                if pid in self._watched:
+                    self._watched[pid] = (int(msg["status"]), msg.get("cpu"))
+                dropped = self.spares.died(pid)  # if it was a spare no script took
+        for spare in dropped:
+            spare.drop()
+
+    def _child_came(self, msg: protocol.Message, fds: list[int]) -> list[Spare]:
         """A SPARE, or the FORKED a launch waits for: the host holds its pipe ends from now on."""
-        fork = None
-        if msg["t"] == protocol.FORKED:
-            with self._lock:
-                fork = self._forks.pop(int(msg["req"]), None)
-        if len(fds) != 2 or (msg["t"] == protocol.FORKED and fork is None):
+        req = int(msg["req"]) if msg["t"] == protocol.FORKED else None
+        waited = req is not None and req in self._forks
+        if len(fds) != 2 or (req is not None and not waited):
             for fd in fds:  # nobody to give it to (its launch gave up): it reads EOF and exits
                 os.close(fd)
-            if fork is not None:
-                fork.set_exception(ZygoteError("the zygote answered without the child's pipes"))
-            return
+            return []
         pid = int(msg["pid"])
-        # registered before any later message is read: its exit can come next
-        exit_future: Future[_Exit] = Future()
-        with self._lock:
-            self._exits[pid] = exit_future
-        if fork is not None:
-            fork.set_result(self._child(pid, str(msg["scratch"]), fds[0], fds[1], exit_future))
-        else:
-            self.spares.add(Spare(pid, str(msg["scratch"]), fds[0], fds[1], str(msg.get("key") or ""),
-                                  bool(msg.get("idle")), exit_future))
+        if req is not None:
+            self._watched[pid] = None  # registered before any later message is read: its exit can come next
+            self._forks[req] = ZygoteChild(pid, fds[0], fds[1], scratch=str(msg["scratch"]), zygote=self)
+            return []
+        replaces = msg.get("replaces")
+        for path in msg.get("trash") or ():  # folders its scripts changed: removed off this thread
+            if isinstance(path, str) and os.path.dirname(path) == self.scratch_root:
+                janitor.remove(path)
+        return self.spares.add(Spare(pid, str(msg["scratch"]), fds[0], fds[1], str(msg.get("key") or ""),
+                                     bool(msg.get("idle"))), replaces if isinstance(replaces, int) else None)
+
+    def _died(self) -> None:
+        """The socket closed: nobody will answer what is pending, and its children died with it."""
+        with self._cond:
+            self.gone = True
+            for pid, ended in self._watched.items():
+                if ended is None:
+                    self._watched[pid] = (-signal.SIGKILL, None)
+            dropped = self.spares.close()
+            self._cond.notify_all()
+        for spare in dropped:
+            spare.drop()
 
 
 class ZygoteLauncher(Launcher):
     """Forks run_code children from a warm zygote, started lazily and restarted if it dies."""
-
-    children_wait_ready = True
 
     def __init__(self, allowed_packages: list[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
         self.python = python or sys.executable
@@ -306,13 +398,16 @@ class ZygoteLauncher(Launcher):
     def held_fds(self) -> set[int]:
         """The pipe ends of the spares the host holds (two each): the only fds the launcher
         keeps between runs, and they change with every run."""
-        zygote = self._zygote
-        return zygote.spares.held_fds() if zygote is not None else set()
+        return {fd for sp in self.spares() for fd in (sp.host_read, sp.host_write)}
 
     def spares(self) -> list[Spare]:
-        """The spares held now, oldest first."""
+        """The spares held now, oldest first (and what the zygote has said meanwhile read)."""
         zygote = self._zygote
-        return zygote.spares.held() if zygote is not None else []
+        if zygote is None:
+            return []
+        zygote.wait_for(lambda: False, 0)
+        with zygote._cond:
+            return zygote.spares.held()
 
     @property
     def preloaded_key(self) -> str | None:

@@ -21,19 +21,32 @@ only takes CPU time nobody else wants (the zygote is started in the host's sessi
 scheduler autogroup, where a policy counts against the host's own threads); the host lifts
 SCHED_IDLE off the spare it gives a script. A run that finds no spare waits for one being forked,
 or, when none is (more runs at the same time than spares), asks for a FORK.
+
+What a fork costs is mostly what the zygote's memory costs: its page tables are copied, and
+every page a child then writes to is copied too (docs/performance.md has the figures). So the
+zygote imports only what children use, collects and freezes its heap before it forks, and does
+between forks as little as it can: a scratch folder whose script left it untouched is used again
+(`ScratchFolders`) rather than removed and made anew.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import select
 import signal
 import socket
-import tempfile
+import stat
+import struct
 from typing import Any
 
 from .. import protocol
+
+
+#: the exits of children the host has not asked about that the zygote keeps, for a KILL that
+#: comes after its child ended by itself (the host kills every child that did not finish)
+ENDED_KEPT = 256
 
 
 def _preimport(allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str) -> int | None:
@@ -63,6 +76,7 @@ def _preimport(allowed: list[str], policy: protocol.ChildPolicy, scratch_root: s
             view.make(tuple(policy.get("read_paths", ())), (scratch_root,))
     except Exception:  # noqa: BLE001 - each child's enter() reports what is wrong, with its layer
         pass
+    runtime.warm_up()
     gc.collect()
     gc.freeze()  # children then do not touch (and copy) the zygote's objects when they collect
     return net_fd
@@ -85,6 +99,108 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, 1 << 20)
 
 
+#: ioctl(FS_IOC_GETFLAGS): a file's inode flags (chattr), _IOR('f', 1, long) on 64-bit Linux
+_FS_IOC_GETFLAGS = 0x80086601
+
+
+class ScratchFolders:
+    """The children's scratch folders, below `root`. A folder whose script left it exactly as it
+    was given is reset, renamed and kept for a later child of this zygote (so of the same Nexus);
+    any other is removed. Making and removing a folder are the dearest file-system operations of
+    a run (an inode made and one freed; on ext4 without a journal each new inode is searched for
+    past every one freed in the last half minute).
+
+    "Exactly as it was given": empty; mode 0700; one link per parent (no subfolder); size, mtime
+    and inode flags (chattr) as when it was made; no extended attribute. Anything else a script
+    changed, it changed on purpose, and that folder goes. What is reset on one that stays: its
+    owner (the uid layer gave it to the child's uid) and its access time; and its name, so that
+    no path a script saw names a folder another script gets. A later script can tell nothing of
+    it but its change time, which the reset sets.
+
+    A folder that goes is renamed out of the way at once (`trash`), and removed by the host
+    (host/cleanup.py's janitor, which walks any tree a script can make without recursion): the
+    zygote never walks a script's tree, so no tree can hold it up."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._free: list[str] = []
+        #: every folder of ours -> (atime, mtime, size, flags) as first made
+        self._first: dict[str, tuple[int, int, int, int]] = {}
+        #: folders that go, renamed out of the way, for the host to remove (sent with a SPARE)
+        self.trash: list[str] = []
+
+    def _name(self) -> str:
+        return f"{self.root}/run-{os.urandom(6).hex()}"  # as unguessable as mkdtemp's
+
+    def take(self) -> str:
+        """A folder for a child about to be forked: one given back, or a new one."""
+        while self._free:
+            path = self._free.pop()
+            try:
+                if next(iter(os.scandir(path)), None) is None:  # still empty (only root can write there now)
+                    return path
+            except OSError:
+                pass
+            self._first.pop(path, None)
+            self._throw_away(path)
+        path = self._name()
+        os.mkdir(path, 0o700)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            self._first[path] = (st.st_atime_ns, st.st_mtime_ns, st.st_size, _flags(fd))
+        finally:
+            os.close(fd)
+        return path
+
+    def give_back(self, path: str) -> None:
+        """The child that had `path` is gone (reaped: nothing of it can still write there)."""
+        first = self._first.pop(path, None)
+        if first is None:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                st = os.fstat(fd)
+                if (stat.S_IMODE(st.st_mode) == 0o700 and st.st_nlink == 2 and st.st_size == first[2]
+                        and st.st_mtime_ns == first[1] and _flags(fd) == first[3] and not os.listxattr(fd)
+                        and next(iter(os.scandir(fd)), None) is None):
+                    if st.st_uid != os.geteuid() or st.st_gid != os.getegid():
+                        os.fchown(fd, os.geteuid(), os.getegid())
+                    os.utime(fd, ns=first[:2])
+                    fresh = self._name()
+                    os.rename(path, fresh)
+                    self._first[fresh] = first
+                    self._free.append(fresh)
+                    return
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        self._throw_away(path)
+
+    def _throw_away(self, path: str) -> None:
+        """`path` goes: renamed to a trash name (no path a script saw names it any more), for
+        the host to remove."""
+        gone = f"{self.root}/trash-{os.urandom(6).hex()}"
+        try:
+            os.rename(path, gone)
+        except OSError:
+            gone = path
+        self.trash.append(gone)
+
+
+def _flags(fd: int) -> int:
+    """The inode flags of `fd` (-1 where the file system has none)."""
+    try:
+        return int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8)))[0])
+    except OSError:
+        return -1
+
+
 class _Spare:
     """A child just forked: it isolates itself, then waits on its pipe for a script."""
 
@@ -104,8 +220,12 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: set[int] = set()
+    layers = bool(policy.get("layers"))
+    children: dict[int, str] = {}  # pid -> its scratch folder, until reaped
+    killed: set[int] = set()  # children the host had killed: it waits for their EXIT
+    ended: dict[int, Any] = {}  # the EXITs of the last children reaped that nobody asked for
     preloaded: dict[str, Any] = {}
+    folders = ScratchFolders(scratch_root)
 
     def send(msg: Any, fds: list[int] | None = None) -> None:
         protocol.send_with_fds(ctrl, msg, fds)
@@ -118,24 +238,33 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                 return
             if pid == 0:
                 return
-            children.discard(pid)
-            send({"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
-                  "cpu": round(usage.ru_utime + usage.ru_stime, 3)})
+            scratch = children.pop(pid, None)
+            if scratch is not None:
+                folders.give_back(scratch)
+            exit_msg = {"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
+                        "cpu": round(usage.ru_utime + usage.ru_stime, 6)}
+            if pid in killed:  # the host waits to know how it ended
+                killed.discard(pid)
+                send(exit_msg)
+            else:  # nobody has asked (yet: a KILL can come after a child ended by itself)
+                ended[pid] = exit_msg
+                if len(ended) > ENDED_KEPT:
+                    del ended[next(iter(ended))]
 
     def fork_child() -> _Spare:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
         then waits for its script. The zygote keeps only the host's ends of the pipes."""
-        scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
+        scratch = folders.take()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
-            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd},
-                              preloaded)
+            if not layers:  # (entering the sandbox closes every fd but those it keeps)
+                _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
+            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd}, preloaded)
         os.close(to_child_r)
         os.close(from_child_w)
-        children.add(pid)
+        children[pid] = scratch
         return _Spare(pid, scratch, from_child_r, to_child_w)
 
     key = ""  # of the bindings preloaded (spares forked since have them compiled)
@@ -146,9 +275,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     # the watchdog asks for must not wait for an idle CPU).
     idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
 
-    def push_spare() -> None:
-        """Fork the next spare and hand its pipe ends to the host, which keeps them until a
-        script needs a child (the zygote keeps nothing of it but its pid)."""
+    def push_spare(replaces: int | None = None) -> None:
+        """Fork the next spare (in place of spare `replaces`, whose run is over) and hand its pipe
+        ends to the host, which keeps them until a script needs a child (the zygote keeps nothing
+        of it but its pid)."""
         if idle:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             try:
@@ -159,8 +289,9 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             child = fork_child()
         spares.append(child.pid)
         del spares[:-spare_count]  # older ones (of older bindings) the host drops
-        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle},
-             [child.host_read, child.host_write])
+        trash, folders.trash = folders.trash, []
+        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle,
+              "replaces": replaces, "trash": trash}, [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
@@ -178,7 +309,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             reap()
             for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
                 spares.remove(pid)
-                push_spare()
+                push_spare(pid)
         if ctrl not in readable:
             continue
         try:
@@ -211,7 +342,10 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                     push_spare()
             elif kind == protocol.KILL:
                 pid = int(msg["pid"])
+                if pid in ended:  # it had ended already: how
+                    send(ended.pop(pid))
                 if pid in children:  # only our own, not yet reaped: no pid-reuse race
+                    killed.add(pid)
                     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
                         try:
                             target()
@@ -219,7 +353,7 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                             pass
                 if pid in spares:  # its run is over: the next spare now
                     spares.remove(pid)
-                    push_spare()
+                    push_spare(pid)
     for pid in list(children):
         try:
             os.killpg(pid, signal.SIGKILL)

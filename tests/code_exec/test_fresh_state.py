@@ -1,0 +1,225 @@
+"""Every script starts from the same state, whatever the scripts before it did: no process runs
+two scripts (each is a fresh fork of the zygote, which runs none), and the one thing a child
+leaves behind that a later one may get, its scratch folder, is given again only as it was made.
+
+A "session" is one Nexus: each has its own zygote (started by its run_code engine), with its
+own scratch root and its own spares, so nothing of one Nexus's scripts can reach another's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from nexus_core.testing import NexusFactory, assert_ok
+from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
+from proc_helpers import descendants, wait_until
+
+from nexus_core import Nexus
+from nexus_tool_code_exec import engine_for, sandbox
+
+#: what a script may import here: enough to change every kind of process state
+ALLOWED = ["builtins", "json", "os", "random", "resource", "signal", "sys", "threading", "time"]
+
+
+def make(nexus_factory: NexusFactory) -> Nexus:
+    nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {
+        "timeout_seconds": 10, "launcher": "zygote", "allowed_packages": ALLOWED, "reject_threads": False}}})
+    assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
+    return nx
+
+
+def run(nx: Nexus, script: str) -> Any:
+    result = nx.invoke("run_code", {"script": script})
+    assert_ok(result)
+    return result.output_structured["result"]
+
+
+#: what a script sees of the state a script could change
+LOOK = """\
+import builtins, json, os, random, resource, signal, sys, threading, time
+
+def _never_called():
+    global LEFT_GLOBAL  # (so that the name is the script's own: MESS sets it, the others look)
+    LEFT_GLOBAL = 0
+
+
+def _left_global():
+    try:
+        LEFT_GLOBAL
+    except NameError:
+        return False
+    return True
+
+
+def _left_builtin():
+    return hasattr(builtins, "LEFT_BUILTIN")
+
+
+def look():
+    here = os.getcwd()
+    st = os.stat(here)
+    try:
+        xattrs = os.listxattr(here)
+    except OSError as exc:
+        xattrs = f"refused: {exc.errno}"
+    return {
+        "pid": os.getpid(), "ppid": os.getppid(), "folder": here, "inode": st.st_ino, "entries": sorted(os.listdir(here)),
+        "mode": oct(st.st_mode & 0o7777), "owner": st.st_uid == os.getuid(), "nlink": st.st_nlink,
+        "mtime_not_ahead": st.st_mtime <= time.time() + 1, "xattrs": xattrs,
+        "env": dict(os.environ), "umask": os.umask(0o022),
+        "rlimit_nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
+        "signals_default": [signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGUSR1)],
+        "threads": threading.active_count(),
+        "print_is_builtin": repr(builtins.print) == "<built-in function print>", "len": len([1, 2]),
+        "json_loads": json.loads("[1]"), "random_below_1": random.random() < 1, "sys_flag": getattr(sys, "left_by_a_script", None),
+        "random_module_marker": getattr(random, "left_by_a_script", None),
+        "globals_left": [name for name, left in (("LEFT_GLOBAL", _left_global), ("LEFT_BUILTIN", _left_builtin)) if left()],
+        "modules_left": sorted(m for m in sys.modules if m.startswith("left_by_")),
+    }
+"""
+
+#: a script that changes every kind of state it can, then waits a moment with a thread running
+MESS = LOOK + """\
+def run(ctx):
+    global LEFT_GLOBAL
+    before = look()
+    with open("note.txt", "w") as f:
+        f.write("left for the next script")
+    os.mkdir("sub")
+    os.chmod(".", 0o777)
+    os.utime(".", (0, 0))
+    try:
+        os.setxattr(".", "user.left", b"1")
+    except OSError:
+        pass
+    os.environ["LEFT_ENV"] = "1"
+    os.umask(0o077)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, lambda *a: None)
+    builtins.print = lambda *a, **k: None
+    builtins.len = lambda x: 42
+    json.loads = lambda *a, **k: "patched"
+    random.random = lambda: 4
+    sys.left_by_a_script = True
+    random.left_by_a_script = True
+    sys.modules["left_by_a_script"] = json
+    LEFT_GLOBAL = 1
+    builtins.LEFT_BUILTIN = 1
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    os.chdir("sub")
+    return before
+"""
+
+CLEAN = LOOK + """\
+def run(ctx):
+    return look()
+"""
+
+
+def pristine(seen: dict[str, Any]) -> None:
+    """What every script must see, whatever ran before it."""
+    assert seen["entries"] == [] and seen["mode"] == "0o700" and seen["owner"] and seen["nlink"] == 2, seen
+    assert seen["mtime_not_ahead"], seen
+    assert seen["xattrs"] == [] or str(seen["xattrs"]).startswith("refused"), seen
+    assert set(seen["env"]) == set(sandbox.FIXED_ENV_KEYS) and seen["env"]["HOME"] == seen["folder"], seen["env"]
+    assert seen["umask"] == 0o22 and seen["rlimit_nofile"] == [64, 64], seen
+    assert seen["signals_default"] == [True, True], seen
+    assert seen["threads"] == 1 and seen["print_is_builtin"] and seen["len"] == 2, seen
+    assert seen["json_loads"] == [1] and seen["random_below_1"] and seen["sys_flag"] is None and seen["random_module_marker"] is None, seen
+    assert seen["globals_left"] == [] and seen["modules_left"] == [], seen
+
+
+def test_nothing_a_script_changes_reaches_the_next_one(nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory)
+    folders, pids = set(), set()
+    for i in range(4):  # each time the next script may get the spare forked after the mess
+        seen = run(nx, MESS)
+        pristine(seen)
+        folders.add(seen["folder"])
+        pids.add(seen["pid"])
+        after = run(nx, CLEAN)
+        pristine(after)
+        folders.add(after["folder"])
+        pids.add(after["pid"])
+    assert len(pids) == 8, "a process ran two scripts"
+    assert len(folders) == 8, "a script got a folder by a path an earlier script saw"
+
+
+def test_an_untouched_folder_is_given_again_only_renamed_and_reset(nexus_factory: NexusFactory) -> None:
+    """Scripts that leave their folder alone hand it on: the zygote keeps a few folders, not one
+    per run, and a script never sees a path an earlier script saw."""
+    nx = make(nexus_factory)
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, ZygoteLauncher)
+    seen = [run(nx, CLEAN) for _ in range(12)]
+    for s in seen:
+        pristine(s)
+    assert len({s["folder"] for s in seen}) == 12
+    assert len({s["inode"] for s in seen}) < 12, "no folder was kept for a later script"
+    root = os.path.dirname(seen[0]["folder"])
+    assert all(os.path.dirname(s["folder"]) == root for s in seen)
+    assert wait_until(lambda: len(os.listdir(root)) <= 6), os.listdir(root)  # spares', in use, and kept
+    # every folder a script ran in is gone by that name, once the zygote has reaped its child
+    assert wait_until(lambda: not any(os.path.exists(s["folder"]) for s in seen))
+
+
+def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory)
+    changes = {
+        "a file": "open('x', 'w').close()",
+        "a file, the time set back": "st = os.stat('.'); open('x', 'w').close(); "
+                                     "os.utime('.', ns=(st.st_atime_ns, st.st_mtime_ns))",
+        "a file made and removed, the time set back": "st = os.stat('.'); open('x', 'w').close(); os.remove('x'); "
+                                                      "os.utime('.', ns=(st.st_atime_ns, st.st_mtime_ns))",
+        "its mode": "os.chmod('.', 0o750)",
+        "its times": "os.utime('.', (0, 0))",
+    }
+    for what, change in changes.items():
+        script = f"import os\n\ndef run(ctx):\n    {change}\n    return os.getcwd()\n"
+        folder = run(nx, script)
+        root = os.path.dirname(folder)
+        assert wait_until(lambda f=folder: not os.path.exists(f)), what  # the zygote reaped its child
+        run(nx, CLEAN)  # (the host hears of the folders to remove when it next takes a child)
+        assert wait_until(lambda: not any(n.startswith("trash-") for n in os.listdir(root))), what
+        for name in os.listdir(root):  # what the zygote keeps: nothing of the change
+            st = os.stat(os.path.join(root, name))
+            assert st.st_mode & 0o7777 == 0o700 and st.st_mtime > 0, (what, name)
+            if st.st_uid == os.geteuid():  # a folder kept for later (a spare's is its own uid's)
+                assert os.listdir(os.path.join(root, name)) == [], (what, name)
+        for _ in range(3):
+            pristine(run(nx, CLEAN))
+
+
+def test_two_nexus_never_share_a_zygote_a_child_or_a_folder(nexus_factory: NexusFactory) -> None:
+    """One Nexus is one session: its own zygote, spares and scratch root."""
+    one, two = make(nexus_factory), make(nexus_factory)
+    launchers = [engine_for(nx).launcher() for nx in (one, two)]
+    assert all(isinstance(launcher, ZygoteLauncher) for launcher in launchers)
+    assert launchers[0].pid != launchers[1].pid
+    seen: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+    for _ in range(5):
+        for i, nx in enumerate((one, two)):
+            seen[i].append(run(nx, CLEAN))
+            seen[i].append(run(nx, MESS))
+    roots = [{os.path.dirname(s["folder"]) for s in seen[i]} for i in (0, 1)]
+    assert len(roots[0]) == len(roots[1]) == 1 and not roots[0] & roots[1], roots
+    pids = [{s["pid"] for s in seen[i]} for i in (0, 1)]
+    assert not pids[0] & pids[1]
+    for i, launcher in enumerate(launchers):
+        assert launcher.pid is not None
+        kids = descendants(launcher.pid)
+        assert not kids & pids[1 - i], "a zygote forked a child for the other Nexus"
+        for s in seen[1 - i]:
+            assert s["pid"] not in kids
+
+
+@pytest.mark.parametrize("script", [MESS, CLEAN], ids=["mess", "clean"])
+def test_every_script_runs_in_a_child_of_the_zygote_not_in_it(nexus_factory: NexusFactory, script: str) -> None:
+    nx = make(nexus_factory)
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, ZygoteLauncher) and launcher.pid is not None
+    seen = run(nx, script)
+    assert seen["ppid"] == launcher.pid and seen["pid"] != launcher.pid
