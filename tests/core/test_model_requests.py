@@ -246,3 +246,62 @@ def test_messages_hold_calls_and_results() -> None:
     assert Message.assistant("", (call,)).tool_calls == (call,)
     assert Message.user("hi").role == "user"
     assert (Usage(1, 2) + Usage(3, 4)).total_tokens == 10
+
+
+SDK_PROVIDER = """
+import os
+from nexus_core import ModelError, ModelResponse, SDKProvider
+
+made_clients = []
+
+class Client:
+    def __init__(self, key, greeting):
+        self.key, self.greeting, self.closed = key, greeting, False
+        made_clients.append(self)
+    def close(self):
+        self.closed = True
+
+class AcmeProvider(SDKProvider["Client"]):
+    NEXUS_PLUGIN_ID = "fake.acme"
+    name = "acme"
+
+    def config_schema(self):
+        return {"type": "object", "properties": {
+            "api_key_env": {"type": "string", "default": "ACME_TEST_KEY"},
+            "greeting": {"type": "string", "default": "hello"}}}
+
+    def make_client(self):
+        key = os.environ.get(self.config["api_key_env"])
+        if not key:
+            raise ModelError(f"no Acme API key: {self.config['api_key_env']} is not set")
+        return Client(key, self.config["greeting"]), key
+
+    def send(self, client, request, call):
+        assert self.secret == client.key
+        return ModelResponse(text=f"{client.greeting} from {request.model}", stop_reason="stop",
+                             model=request.model)
+"""
+
+
+def test_an_sdk_provider_gets_its_own_section_makes_its_client_once_and_closes_it(
+        fake_plugins: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = __import__(fake_plugins.add("fake.acme", SDK_PROVIDER, attr="AcmeProvider"))
+    request = ModelRequest(provider="acme", model="m1", messages=[Message("user", "hi")])
+
+    def config(greeting: str) -> dict[str, Any]:
+        return {"plugins": {"active": ["fake.acme"], "fake.acme": {"greeting": greeting}}}
+
+    with Nexus(config("hello")) as nx:
+        # no client before the first request: listing tools needs no key
+        assert module.made_clients == []
+        with pytest.raises(ModelError, match="ACME_TEST_KEY is not set"):
+            nx.complete(request)
+        monkeypatch.setenv("ACME_TEST_KEY", "sk-secret-123")
+        with Nexus(config("bonjour")) as other:
+            assert nx.complete(request).text == "hello from m1"
+            assert nx.complete(request).text == "hello from m1"
+            assert other.complete(request).text == "bonjour from m1"
+            assert len(module.made_clients) == 2  # one per Nexus, each made once
+            assert "sk-secret" not in repr(nx.plugin("fake.acme"))
+        assert module.made_clients[1].closed and not module.made_clients[0].closed
+    assert module.made_clients[0].closed

@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "ModelProvider": "._llm",
     "ModelRequest": "._llm",
     "ModelResponse": "._llm",
+    "SDKProvider": "._llm",
     "Usage": "._llm",
     "split_model": "._llm",
     "Answer": "._models",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         ModelProvider,
         ModelRequest,
         ModelResponse,
+        SDKProvider,
         Usage,
         split_model,
     )
@@ -149,6 +151,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "SDKProvider",
     "Nexus",
     "Question",
     "ResourceContent",

@@ -17,13 +17,15 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
+from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from ._nexus import Nexus
     from ._plugins import NexusPluginManager
 
 log = logging.getLogger("nexus_core")
@@ -204,6 +206,81 @@ class ModelProvider(Protocol):
     def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse: ...
 
 
+ClientT = TypeVar("ClientT")
+
+
+class SDKProvider(Generic[ClientT]):
+    """A base for a provider plugin on a vendor's SDK: the plugin object of one Nexus (name the
+    subclass in the `nexus.plugins` entry point), configured from its own `plugins.<id>` section,
+    registering itself as the provider `name`, with one SDK client made at its first request (so
+    `nexus tools` works without an API key), under a lock, and closed at shutdown.
+
+    A subclass sets `NEXUS_PLUGIN_ID` and `name`, and implements `config_schema()` (its section's
+    JSON Schema), `make_client()` (the client for `self.config`, and the secret it holds, which
+    errors must be scrubbed of; None when there is none) and `send(client, request, call)`. The
+    `nexus.provider.openai` and `nexus.provider.anthropic` plugins are two such subclasses.
+    """
+
+    NEXUS_PLUGIN_ID: ClassVar[str]
+    name: ClassVar[str]
+
+    def __init__(self, nexus: Nexus) -> None:
+        self.nexus = nexus
+        #: the validated section of this plugin, defaults applied
+        self.config: dict[str, Any] = {}
+        self._client: ClientT | None = None
+        self._secret: str | None = None
+        self._lock = threading.Lock()
+
+    def config_schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def make_client(self) -> tuple[ClientT, str | None]:
+        raise NotImplementedError
+
+    def send(self, client: ClientT, request: ModelRequest, call: ModelCall) -> ModelResponse:
+        raise NotImplementedError
+
+    @property
+    def secret(self) -> str | None:
+        """The API key the client holds, once it is made (for scrubbing error messages)."""
+        return self._secret
+
+    @hookimpl
+    def nexus_config_schema(self) -> dict[str, Any]:
+        return self.config_schema()
+
+    @hookimpl
+    def nexus_configure(self, config: dict[str, Any]) -> None:
+        self.config = dict(config)
+
+    @hookimpl
+    def nexus_register_providers(self, register: Callable[[Any], Any]) -> None:
+        register(self)
+
+    @hookimpl
+    def nexus_shutdown(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
+
+    def client(self) -> ClientT:
+        """The SDK client, made on first use (`make_client` raises ModelError when, say, the key
+        is missing)."""
+        with self._lock:
+            if self._client is None:
+                self._client, self._secret = self.make_client()
+            return self._client
+
+    def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
+        return self.send(self.client(), request, call)
+
+    def __repr__(self) -> str:  # never the client's, which holds the key
+        return f"<{type(self).__name__} {self.name!r} base_url={self.config.get('base_url')!r}>"
+
+
 class ProviderRegistry:
     """The providers of one Nexus, by name, with the plugin that registered each."""
 
@@ -290,6 +367,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ProviderRegistry",
+    "SDKProvider",
     "Usage",
     "complete",
     "split_model",

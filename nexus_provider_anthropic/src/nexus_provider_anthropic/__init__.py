@@ -13,15 +13,14 @@ made; it is handed to the SDK and nowhere else: never logged, written or put in 
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import hookimpl
+from nexus_core import SDKProvider
 
 if TYPE_CHECKING:
     import anthropic
 
-    from nexus_core import ModelCall, ModelRequest, ModelResponse, Nexus
+    from nexus_core import ModelCall, ModelRequest, ModelResponse
 
 PLUGIN_ID = "nexus.provider.anthropic"
 PROVIDER = "anthropic"
@@ -42,55 +41,25 @@ def config_schema() -> dict[str, Any]:
     }
 
 
-class AnthropicProvider:
+class AnthropicProvider(SDKProvider["anthropic.Anthropic"]):
     """The plugin object of one Nexus, and the provider it registers (`name` "anthropic")."""
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
 
-    def __init__(self, nexus: Nexus) -> None:
-        self.nexus = nexus
-        self.config: dict[str, Any] = {}
-        self._client: anthropic.Anthropic | None = None
-        self._key: str | None = None
-        self._lock = threading.Lock()
-
-    @hookimpl
-    def nexus_config_schema(self) -> dict[str, Any]:
+    def config_schema(self) -> dict[str, Any]:
         return config_schema()
 
-    @hookimpl
-    def nexus_configure(self, config: dict[str, Any]) -> None:
-        self.config = dict(config)
+    def make_client(self) -> tuple[anthropic.Anthropic, str | None]:
+        from ._messages import make_client
 
-    @hookimpl
-    def nexus_register_providers(self, register: Any) -> None:
-        register(self)
+        return make_client(self.config)
 
-    @hookimpl
-    def nexus_shutdown(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
-
-    def client(self) -> anthropic.Anthropic:
-        """The SDK client, made on first use (raises ModelError when the key is missing)."""
-        with self._lock:
-            if self._client is None:
-                from ._messages import make_client
-
-                self._client, self._key = make_client(self.config)
-            return self._client
-
-    def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
+    def send(self, client: anthropic.Anthropic, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._messages import complete
 
-        return complete(self.client(), self.config, request, call, secret=self._key,
+        return complete(client, self.config, request, call, secret=self.secret,
                         tool_settings=self.nexus.config.tool_settings)
-
-    def __repr__(self) -> str:  # never the client's, which holds the key
-        return f"<AnthropicProvider base_url={self.config.get('base_url')!r}>"
 
 
 __all__ = ["PLUGIN_ID", "PROVIDER", "AnthropicProvider", "config_schema"]

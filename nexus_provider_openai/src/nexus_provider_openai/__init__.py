@@ -15,15 +15,14 @@ made; it is handed to the SDK and nowhere else: never logged, written or put in 
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import hookimpl
+from nexus_core import SDKProvider
 
 if TYPE_CHECKING:
     import openai
 
-    from nexus_core import ModelCall, ModelRequest, ModelResponse, Nexus
+    from nexus_core import ModelCall, ModelRequest, ModelResponse
 
 PLUGIN_ID = "nexus.provider.openai"
 PROVIDER = "openai"
@@ -51,54 +50,24 @@ def config_schema() -> dict[str, Any]:
     }
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKProvider["openai.OpenAI"]):
     """The plugin object of one Nexus, and the provider it registers (`name` "openai")."""
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
 
-    def __init__(self, nexus: Nexus) -> None:
-        self.nexus = nexus
-        self.config: dict[str, Any] = {}
-        self._client: openai.OpenAI | None = None
-        self._key: str | None = None
-        self._lock = threading.Lock()
-
-    @hookimpl
-    def nexus_config_schema(self) -> dict[str, Any]:
+    def config_schema(self) -> dict[str, Any]:
         return config_schema()
 
-    @hookimpl
-    def nexus_configure(self, config: dict[str, Any]) -> None:
-        self.config = dict(config)
+    def make_client(self) -> tuple[openai.OpenAI, str | None]:
+        from ._chat import make_client
 
-    @hookimpl
-    def nexus_register_providers(self, register: Any) -> None:
-        register(self)
+        return make_client(self.config)
 
-    @hookimpl
-    def nexus_shutdown(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
-
-    def client(self) -> openai.OpenAI:
-        """The SDK client, made on first use (raises ModelError when the key is missing)."""
-        with self._lock:
-            if self._client is None:
-                from ._chat import make_client
-
-                self._client, self._key = make_client(self.config)
-            return self._client
-
-    def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
+    def send(self, client: openai.OpenAI, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._chat import complete
 
-        return complete(self.client(), self.config, request, call, secret=self._key)
-
-    def __repr__(self) -> str:  # never the client's, which holds the key
-        return f"<OpenAIProvider base_url={self.config.get('base_url')!r}>"
+        return complete(client, self.config, request, call, secret=self.secret)
 
 
 __all__ = ["PLUGIN_ID", "PROVIDER", "OpenAIProvider", "config_schema"]
