@@ -77,5 +77,5 @@ with tempfile.TemporaryDirectory() as ws, tempfile.TemporaryDirectory() as sessi
         step(nx, "A tool that does not exist", "fly", {"to": "the moon"}, skip_if_missing=False)
         if nx.tool("run_code"):
             print(f"\n== One script, many tool calls: run_code runs this in a sandbox\n{textwrap.indent(SCRIPT, '   : ')}")
-        step(nx, "run_code's result (stdout and run's return value, as JSON)", "run_code", {"script": SCRIPT})
+        step(nx, "run_code's result (its stdout, then run's return value)", "run_code", {"script": SCRIPT})
         print("\nOpenAI-format schemas for these tools:", len(nx.schemas("openai")), "declarations")
