@@ -29,6 +29,7 @@ PACKAGES = {
     "nexus-rt-agent": REPO / "nexus_agent",
     "nexus-rt-provider-openai": REPO / "nexus_provider_openai",
     "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
+    "nexus-rt-provider-gemini": REPO / "nexus_provider_gemini",
 }
 
 

@@ -1,8 +1,8 @@
 """A provider server on loopback that starts a streamed reply and then stalls, the way a slow model
 does, so tests can interrupt a turn in the middle of a stream.
 
-It speaks OpenAI Chat Completions (`POST /v1/chat/completions`) and Anthropic Messages
-(`POST /v1/messages`), streamed. Each request takes the next scripted step:
+It speaks OpenAI Chat Completions (`POST /v1/chat/completions`), Anthropic Messages
+(`POST /v1/messages`) and Gemini (`POST /{version}/models/{model}:streamGenerateContent`), streamed. Each request takes the next scripted step:
 `Stall("some text")` streams that text and then holds the connection open, writing a keep-alive
 comment now and then, until the client goes away (`disconnected` is then set: proof the client
 closed its stream) or `release()`; `Answer("text")` streams a whole reply that ends the turn.
@@ -77,13 +77,15 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server_state
         step = state.next_step(body)
         anthropic = self.path.endswith("/v1/messages")
+        gemini = ":streamGenerateContent" in self.path
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        events = _anthropic_events(step.text, final=isinstance(step, Answer)) if anthropic else \
-            _openai_events(step.text, final=isinstance(step, Answer))
+        final = isinstance(step, Answer)
+        events = _anthropic_events(step.text, final) if anthropic else _gemini_events(step.text, final) if gemini \
+            else _openai_events(step.text, final)
         for event in events:
             self._event(event, anthropic)
         if isinstance(step, Answer):
@@ -91,7 +93,9 @@ class _Handler(BaseHTTPRequestHandler):
         state.stalled.set()
         try:
             while not state._release.wait(0.05):
-                self.wfile.write(b": still thinking\n\n")  # fails once the client has gone
+                # a comment (an empty line for Gemini's SDK, which reads any other line as data);
+                # the write fails once the client has gone
+                self.wfile.write(b"\n" if gemini else b": still thinking\n\n")
                 self.wfile.flush()
         except OSError:
             state.disconnected.set()
@@ -116,6 +120,15 @@ def _openai_events(text: str, final: bool) -> list[dict[str, Any] | str]:
         events += [chunk({}, "stop"), {**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5,
                                                                         "total_tokens": 15}}, "[DONE]"]
     return events
+
+
+def _gemini_events(text: str, final: bool) -> list[dict[str, Any] | str]:
+    chunk: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
+                             "modelVersion": "gemini-2.5-flash", "responseId": "stall"}
+    if final:
+        chunk["candidates"][0]["finishReason"] = "STOP"
+        chunk["usageMetadata"] = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+    return [chunk]
 
 
 def _anthropic_events(text: str, final: bool) -> list[dict[str, Any] | str]:

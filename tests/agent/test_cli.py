@@ -114,7 +114,7 @@ def test_ask_exit_status_when_the_turn_limit_is_hit(fake: FakeProviders, workspa
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--model", "nope:m1"], "no model provider 'nope' is installed and active; providers here: anthropic, openai"),
+    (["--model", "nope:m1"], "no model provider 'nope' is installed and active; providers here: anthropic, gemini, openai"),
     (["--model", "gpt-4.1"], "--model: model 'gpt-4.1' is not provider:model"),
 ])
 def test_ask_refuses_a_model_it_cannot_use(args: list[str], message: str, workspace: Workspace,

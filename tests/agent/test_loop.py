@@ -445,7 +445,7 @@ def test_the_loop_is_a_plugin_that_can_be_left_out(workspace: Workspace) -> None
     del config["plugins"]["nexus.agent"]
     with Nexus.from_config(config) as nx:
         assert nx.plugin("nexus.agent") is None
-        assert set(nx.providers()) == {"openai", "anthropic"}
+        assert set(nx.providers()) == {"openai", "anthropic", "gemini"}
 
 
 def test_workspace_path_fixture_is_outside_sessions(workspace: Workspace) -> None:

@@ -53,7 +53,7 @@ def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
     except ValueError as exc:
         raise UsageError(f"--model: {exc}" if model else f"model: {exc}") from None
     if provider not in nx.providers():
-        known = ", ".join(nx.providers()) or "none (pip install nexus-rt-provider-openai or nexus-rt-provider-anthropic)"
+        known = ", ".join(nx.providers()) or "none (pip install nexus-rt-provider-openai, nexus-rt-provider-anthropic or nexus-rt-provider-gemini)"
         raise UsageError(f"no model provider {provider!r} is installed and active; providers here: {known}")
     return agent.session(model=chosen, **kwargs)
 

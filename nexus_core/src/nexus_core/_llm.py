@@ -321,8 +321,8 @@ class ProviderRegistry:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         have = (f"the providers here are {', '.join(map(repr, known))}" if known else
-                "no provider plugin is installed (pip install nexus-rt-provider-openai or "
-                "nexus-rt-provider-anthropic)")
+                "no provider plugin is installed (pip install nexus-rt-provider-openai, "
+                "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
         return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
 
 
