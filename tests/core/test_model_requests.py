@@ -249,8 +249,7 @@ def test_messages_hold_calls_and_results() -> None:
 
 
 SDK_PROVIDER = """
-import os
-from nexus_core import ModelError, ModelResponse, SDKProvider
+from nexus_core import ModelResponse, SDKProvider
 
 made_clients = []
 
@@ -271,9 +270,7 @@ class AcmeProvider(SDKProvider["Client"]):
             "greeting": {"type": "string", "default": "hello"}}}
 
     def make_client(self):
-        key = os.environ.get(self.config["api_key_env"])
-        if not key:
-            raise ModelError(f"no Acme API key: {self.config['api_key_env']} is not set")
+        key = self.api_key()
         return Client(key, self.config["greeting"]), key
 
     def send(self, client, request, call):
@@ -294,7 +291,8 @@ def test_an_sdk_provider_gets_its_own_section_makes_its_client_once_and_closes_i
     with Nexus(config("hello")) as nx:
         # no client before the first request: listing tools needs no key
         assert module.made_clients == []
-        with pytest.raises(ModelError, match="ACME_TEST_KEY is not set"):
+        with pytest.raises(ModelError, match=r"no acme API key: the environment variable ACME_TEST_KEY is not set "
+                                             r"\(it is the one plugins.fake.acme.api_key_env names\)"):
             nx.complete(request)
         monkeypatch.setenv("ACME_TEST_KEY", "sk-secret-123")
         with Nexus(config("bonjour")) as other:

@@ -215,14 +215,17 @@ class SDKProvider(Generic[ClientT]):
     registering itself as the provider `name`, with one SDK client made at its first request (so
     `nexus tools` works without an API key), under a lock, and closed at shutdown.
 
-    A subclass sets `NEXUS_PLUGIN_ID` and `name`, and implements `config_schema()` (its section's
-    JSON Schema), `make_client()` (the client for `self.config`, and the secret it holds, which
-    errors must be scrubbed of; None when there is none) and `send(client, request, call)`. The
+    A subclass sets `NEXUS_PLUGIN_ID`, `name` (and `vendor`), and implements `config_schema()`
+    (its section's JSON Schema), `make_client()` (the client for `self.config`, and the secret it
+    holds, which errors must be scrubbed of; None when there is none: `api_key()` reads the key
+    the config's `api_key_env` names) and `send(client, request, call)`. The
     `nexus.provider.openai` and `nexus.provider.anthropic` plugins are two such subclasses.
     """
 
     NEXUS_PLUGIN_ID: ClassVar[str]
     name: ClassVar[str]
+    #: the vendor as a person knows it, for messages ("OpenAI"); `name` when empty
+    vendor: ClassVar[str] = ""
 
     def __init__(self, nexus: Nexus) -> None:
         self.nexus = nexus
@@ -240,6 +243,19 @@ class SDKProvider(Generic[ClientT]):
 
     def send(self, client: ClientT, request: ModelRequest, call: ModelCall) -> ModelResponse:
         raise NotImplementedError
+
+    def api_key(self) -> str | None:
+        """The API key, from the environment variable that the config's `api_key_env` names
+        (None when that setting is null or absent: a server that takes no key). A variable that
+        is not set is a ModelError naming it and the setting."""
+        env = self.config.get("api_key_env")
+        if not env:
+            return None
+        key = os.environ.get(env)
+        if not key:
+            raise ModelError(f"no {self.vendor or self.name} API key: the environment variable {env} is not "
+                             f"set (it is the one plugins.{self.NEXUS_PLUGIN_ID}.api_key_env names)")
+        return key
 
     @property
     def secret(self) -> str | None:

@@ -46,6 +46,7 @@ class AnthropicProvider(SDKProvider["anthropic.Anthropic"]):
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
+    vendor = "Anthropic"
 
     def config_schema(self) -> dict[str, Any]:
         return config_schema()
@@ -53,7 +54,8 @@ class AnthropicProvider(SDKProvider["anthropic.Anthropic"]):
     def make_client(self) -> tuple[anthropic.Anthropic, str | None]:
         from ._messages import make_client
 
-        return make_client(self.config)
+        key = self.api_key()
+        return make_client(self.config, key), key
 
     def send(self, client: anthropic.Anthropic, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._messages import complete

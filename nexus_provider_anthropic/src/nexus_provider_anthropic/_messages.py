@@ -4,7 +4,6 @@ as a `ModelResponse`. Tool declarations, tool calls and tool results go through
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -16,18 +15,12 @@ if TYPE_CHECKING:
     from nexus_core import Message, ModelCall, ModelRequest
 
 FORMAT = "anthropic"
-PLUGIN_ID = "nexus.provider.anthropic"
 #: Anthropic requires an output limit; used when the request sets none
 DEFAULT_MAX_TOKENS = 4096
 
 
-def make_client(config: dict[str, Any]) -> tuple[anthropic.Anthropic, str]:
-    """The SDK client for the config, and the key it holds (so errors can be scrubbed of it)."""
-    env = config.get("api_key_env", "ANTHROPIC_API_KEY")
-    key = os.environ.get(env)
-    if not key:
-        raise ModelError(f"no Anthropic API key: the environment variable {env} is not set (it is the one "
-                         f"plugins.{PLUGIN_ID}.api_key_env names)")
+def make_client(config: dict[str, Any], key: str | None) -> anthropic.Anthropic:
+    """The SDK client for the config, with `key`."""
     kwargs: dict[str, Any] = {
         "api_key": key,
         "max_retries": int(config.get("max_retries", 2)),
@@ -35,7 +28,7 @@ def make_client(config: dict[str, Any]) -> tuple[anthropic.Anthropic, str]:
     }
     if config.get("base_url"):
         kwargs["base_url"] = config["base_url"]
-    return anthropic.Anthropic(**kwargs), key
+    return anthropic.Anthropic(**kwargs)
 
 
 def messages(request: ModelRequest) -> list[dict[str, Any]]:

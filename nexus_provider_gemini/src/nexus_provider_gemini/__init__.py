@@ -50,6 +50,7 @@ class GeminiProvider(SDKProvider["genai.Client"]):
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
+    vendor = "Gemini"
 
     def __init__(self, nexus: Any) -> None:
         super().__init__(nexus)
@@ -63,7 +64,8 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     def make_client(self) -> tuple[genai.Client, str | None]:
         from ._generate import make_client
 
-        return make_client(self.config, on_response=self._on_response)
+        key = self.api_key()
+        return make_client(self.config, key, on_response=self._on_response), key
 
     def send(self, client: genai.Client, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._generate import complete

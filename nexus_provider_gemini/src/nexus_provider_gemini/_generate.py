@@ -7,7 +7,6 @@ to their calls)."""
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from nexus_core import Message, ModelCall, ModelRequest
 
 FORMAT = "gemini"
-PLUGIN_ID = "nexus.provider.gemini"
 
 
 @cache
@@ -43,15 +41,10 @@ def _failures() -> tuple[type[Exception], ...]:
     return (errors.APIError, *_http_errors("HTTPError"))
 
 
-def make_client(config: dict[str, Any], on_response: Callable[[Any], None] | None = None,
-                ) -> tuple[genai.Client, str]:
-    """The SDK client for the config, and the key it holds (so errors can be scrubbed of it).
-    `on_response` sees each HTTP response as it arrives, before its body is read."""
-    env = config.get("api_key_env", "GEMINI_API_KEY")
-    key = os.environ.get(env)
-    if not key:
-        raise ModelError(f"no Gemini API key: the environment variable {env} is not set (it is the one "
-                         f"plugins.{PLUGIN_ID}.api_key_env names)")
+def make_client(config: dict[str, Any], key: str | None,
+                on_response: Callable[[Any], None] | None = None) -> genai.Client:
+    """The SDK client for the config, with `key`. `on_response` sees each HTTP response as it
+    arrives, before its body is read."""
     options: dict[str, Any] = {
         "timeout": int(float(config.get("timeout_seconds", 600)) * 1000),  # milliseconds, to the SDK
         "retry_options": types.HttpRetryOptions(attempts=int(config.get("max_retries", 2)) + 1),
@@ -63,7 +56,7 @@ def make_client(config: dict[str, Any], on_response: Callable[[Any], None] | Non
     if config.get("api_version"):
         options["api_version"] = config["api_version"]
     # vertexai=False: the Gemini API with this key, whatever GOOGLE_GENAI_USE_VERTEXAI says
-    return genai.Client(api_key=key, vertexai=False, http_options=types.HttpOptions(**options)), key
+    return genai.Client(api_key=key, vertexai=False, http_options=types.HttpOptions(**options))
 
 
 def contents(request: ModelRequest) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ class OpenAIProvider(SDKProvider["openai.OpenAI"]):
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
+    vendor = "OpenAI"
 
     def config_schema(self) -> dict[str, Any]:
         return config_schema()
@@ -62,7 +63,8 @@ class OpenAIProvider(SDKProvider["openai.OpenAI"]):
     def make_client(self) -> tuple[openai.OpenAI, str | None]:
         from ._chat import make_client
 
-        return make_client(self.config)
+        key = self.api_key()
+        return make_client(self.config, key), key
 
     def send(self, client: openai.OpenAI, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._chat import complete

@@ -4,7 +4,6 @@ not) as a `ModelResponse`. Tool declarations, tool calls and tool results go thr
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -18,18 +17,10 @@ if TYPE_CHECKING:
     from nexus_core import Message, ModelCall, ModelRequest
 
 FORMAT = "openai"
-PLUGIN_ID = "nexus.provider.openai"
 
 
-def make_client(config: dict[str, Any]) -> tuple[openai.OpenAI, str | None]:
-    """The SDK client for the config, and the key it holds (so errors can be scrubbed of it)."""
-    env = config.get("api_key_env", "OPENAI_API_KEY")
-    key = None
-    if env:
-        key = os.environ.get(env)
-        if not key:
-            raise ModelError(f"no OpenAI API key: the environment variable {env} is not set (it is the one "
-                             f"plugins.{PLUGIN_ID}.api_key_env names)")
+def make_client(config: dict[str, Any], key: str | None) -> openai.OpenAI:
+    """The SDK client for the config, with `key` (None: a server that takes none)."""
     kwargs: dict[str, Any] = {
         "api_key": key or "unused",  # a server that takes no key still gets a header from the SDK
         "max_retries": int(config.get("max_retries", 2)),
@@ -37,7 +28,7 @@ def make_client(config: dict[str, Any]) -> tuple[openai.OpenAI, str | None]:
     }
     if config.get("base_url"):
         kwargs["base_url"] = config["base_url"]
-    return openai.OpenAI(**kwargs), key
+    return openai.OpenAI(**kwargs)
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
