@@ -1,7 +1,8 @@
 """The `nexus.provider.openai` plugin: the model provider `openai`, on the official `openai` SDK.
 
-It speaks the Chat Completions API, so it also serves any OpenAI-compatible server (vLLM, llama.cpp,
-Ollama, LM Studio, a gateway) through `base_url`. Configured from `plugins.nexus.provider.openai`:
+It speaks the Chat Completions API by default, so it also serves any OpenAI-compatible server (vLLM,
+llama.cpp, Ollama, LM Studio, a gateway) through `base_url`; `api: responses` uses the Responses API
+instead (for the models only it serves). Configured from `plugins.nexus.provider.openai`:
 
 ```yaml
 model: openai:gpt-4.1
@@ -38,6 +39,11 @@ def config_schema() -> dict[str, Any]:
                             "default": "OPENAI_API_KEY",
                             "description": "the environment variable holding the API key; null for a "
                                            "server that takes none"},
+            "api": {"enum": ["chat", "responses"], "default": "chat",
+                    "description": "Chat Completions (any compatible server) or the Responses API"},
+            "store": {"type": "boolean", "default": False,
+                      "description": "with api: responses, let OpenAI keep the responses (the loop sends "
+                                     "the whole conversation each turn either way)"},
             "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600},
             "max_retries": {"type": "integer", "minimum": 0, "default": 2},
             "max_tokens_parameter": {"enum": ["max_completion_tokens", "max_tokens"],
@@ -67,8 +73,10 @@ class OpenAIProvider(SDKProvider["openai.OpenAI"]):
         return make_client(self.config, key), key
 
     def send(self, client: openai.OpenAI, request: ModelRequest, call: ModelCall) -> ModelResponse:
-        from ._chat import complete
-
+        if self.config.get("api") == "responses":
+            from ._responses import complete
+        else:
+            from ._chat import complete
         return complete(client, self.config, request, call, secret=self.secret)
 
 
