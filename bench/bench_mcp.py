@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -32,9 +31,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import _machine
+from _machine import wait_idle
 
 from nexus_core import Nexus, native_tool
 
@@ -209,35 +210,7 @@ def fanout(nx: Nexus, rounds: int) -> dict[str, dict[str, Any]]:
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for dist in ("mcp", "anyio", "httpx2", "uvicorn", "pluggy", "jsonschema"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=10, check=False).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "versions": versions, "git_commit": commit}
-
-
-def wait_idle(limit: float, threshold: float = 0.5) -> float:
-    deadline = time.monotonic() + limit
-    while os.getloadavg()[0] >= threshold and time.monotonic() < deadline:
-        time.sleep(5)
-    return os.getloadavg()[0]
+    return _machine.machine(("mcp", "anyio", "httpx2", "uvicorn", "pluggy", "jsonschema"))
 
 
 def main() -> int:

@@ -47,7 +47,6 @@ import gc
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -58,9 +57,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
+
+import _machine
+from _machine import wait_idle
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -646,28 +647,6 @@ def concurrency(rc: RunCode, n: int = 20) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for dist in ("smolagents", "pydantic-monty", "pluggy", "jsonschema", "attrs", "cattrs"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10,
-                                  check=False).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
     try:
         import nexus_tool_code_exec
 
@@ -676,11 +655,9 @@ def machine() -> dict[str, Any]:
         source = ""
     return {
         "run_code_measured_from": source,  # the checkout measured (this file can measure another's)
-        "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-        "kernel": platform.release(), "python": platform.python_version(), "executable": sys.executable,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions,
-        "git_commit": git("rev-parse", "--short", "HEAD"),
-        "git_uncommitted_in_run_code_and_core": len(git("status", "--porcelain", "--", "nexus_tool_code_exec",
+        **_machine.machine(("smolagents", "pydantic-monty", "pluggy", "jsonschema", "attrs", "cattrs")),
+        "affinity": len(os.sched_getaffinity(0)), "executable": sys.executable,
+        "git_uncommitted_in_run_code_and_core": len(_machine.git("status", "--porcelain", "--", "nexus_tool_code_exec",
                                                         "nexus_core").splitlines()),
     }
 
@@ -699,14 +676,6 @@ def folder_cost(parent: str, n: int = 200) -> float:
         return (time.thread_time() - t0) / n * 1e6
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def wait_idle(limit: float, threshold: float = 0.5) -> float:
-    """Wait up to `limit` seconds for the 1-minute load average to drop below `threshold`."""
-    deadline = time.monotonic() + limit
-    while os.getloadavg()[0] >= threshold and time.monotonic() < deadline:
-        time.sleep(5)
-    return os.getloadavg()[0]
 
 
 # -- main ------------------------------------------------------------------------------------
