@@ -16,6 +16,8 @@ import pytest
 import yaml
 from fakes.providers import FakeProviders
 
+from nexus_core import ToolCall, ToolDef, Veto, hookimpl
+
 #: an API key no test output may ever contain
 API_KEY = "sk-nexus-test-" + os.urandom(12).hex()
 ANTHROPIC_KEY = "sk-ant-nexus-test-" + os.urandom(12).hex()
@@ -96,6 +98,25 @@ def gate_site(tmp_path: Path) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nexus-test-ask-gate\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[nexus.plugins]\ntest.ask_gate = nexus_test_ask_gate\n")
     return site
+
+
+#: a run_code script that reads inventory.txt, prints its length and returns it
+READ_SCRIPT = """\
+import tools
+
+def run(ctx):
+    text = tools.read(path="inventory.txt").content
+    print("read", len(text), "characters")
+    return {"inventory": text}
+"""
+
+
+class NoDeletes:
+    """A gate that vetoes shell commands that delete (`rm `)."""
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        return Veto("deleting is not allowed") if "rm " in call.arguments.get("command", "") else None
 
 
 RunNexus = Callable[..., "subprocess.CompletedProcess[str]"]

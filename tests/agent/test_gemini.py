@@ -15,9 +15,9 @@ import pytest
 from fakes.providers import Call, FakeProviders, Raw, gemini_response
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta, read_transcript
-from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus, ToolCall, ToolDef, Veto, hookimpl, native_tool
+from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus, native_tool
 
-from .conftest import RunNexus, Workspace, subprocess_env
+from .conftest import READ_SCRIPT, NoDeletes, RunNexus, Workspace, subprocess_env
 
 GEMINI_KEY = "gemini-nexus-test-" + os.urandom(12).hex()
 MODEL = "gemini:gemini-2.5-flash"
@@ -44,16 +44,6 @@ def run(nx: Nexus, prompt: str) -> tuple[AgentResult, list[AgentEvent]]:
 def function_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [part["functionResponse"] for content in body["contents"] for part in content["parts"]
             if "functionResponse" in part]
-
-
-READ_SCRIPT = """\
-import tools
-
-def run(ctx):
-    text = tools.read(path="inventory.txt").content
-    print("read", len(text), "characters")
-    return {"inventory": text}
-"""
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
@@ -124,12 +114,6 @@ def test_calls_of_one_turn_keep_their_signatures_and_ids(fake: FakeProviders, wo
     assert one["id"] == calls[0]["functionCall"]["id"] and "id" not in two
     assert (one["response"], two["response"]) == ({"output": "ONE"}, {"output": "TWO"})
     assert second["contents"][2]["role"] == "user"
-
-
-class NoDeletes:
-    @hookimpl
-    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
-        return Veto("deleting is not allowed") if "rm " in call.arguments.get("command", "") else None
 
 
 def test_a_vetoed_call_goes_back_as_an_error_the_model_recovers_from(fake: FakeProviders,

@@ -27,7 +27,7 @@ from nexus_core import (
     native_tool,
 )
 
-from .conftest import ANTHROPIC_KEY, API_KEY, Workspace
+from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace
 
 PROVIDERS = ["openai", "anthropic"]
 MODEL = {"openai": "openai:gpt-4.1", "anthropic": "anthropic:claude-sonnet-4-5"}
@@ -60,16 +60,6 @@ def run(nx: Nexus, prompt: str, provider: str, **kwargs: Any) -> tuple[AgentResu
     agent = nx.plugin("nexus.agent")
     result = agent.run(prompt, model=MODEL[provider], on_event=events.append, **kwargs)
     return result, events
-
-
-READ_SCRIPT = """\
-import tools
-
-def run(ctx):
-    text = tools.read(path="inventory.txt").content
-    print("read", len(text), "characters")
-    return {"inventory": text}
-"""
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -11,9 +11,9 @@ import pytest
 from fakes.providers import Call, FakeProviders, Raw, responses_response
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta
-from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus, ToolCall, ToolDef, Veto, hookimpl
+from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus
 
-from .conftest import API_KEY, Workspace
+from .conftest import API_KEY, READ_SCRIPT, NoDeletes, Workspace
 
 ENDPOINT = "openai.responses"
 
@@ -32,16 +32,6 @@ def run(nx: Nexus, prompt: str) -> tuple[AgentResult, list[AgentEvent]]:
 
 def outputs(body: dict[str, Any]) -> dict[str, str]:
     return {i["call_id"]: i["output"] for i in body["input"] if i.get("type") == "function_call_output"}
-
-
-READ_SCRIPT = """\
-import tools
-
-def run(ctx):
-    text = tools.read(path="inventory.txt").content
-    print("read", len(text), "characters")
-    return {"inventory": text}
-"""
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
@@ -76,12 +66,6 @@ def test_a_two_turn_task_reads_a_file_through_run_code_and_answers(
     assert call_item["type"] == "function_call" and call_item["call_id"] == "call_rc" and "id" not in call_item
     printed, returned = outputs(second.body)["call_rc"].split("--- result ---\n")
     assert printed == "read 20 characters\n" and '"apples: 42' in returned
-
-
-class NoDeletes:
-    @hookimpl
-    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
-        return Veto("deleting is not allowed") if "rm " in call.arguments.get("command", "") else None
 
 
 def test_calls_of_one_turn_are_answered_by_call_id_and_a_veto_is_recovered_from(
