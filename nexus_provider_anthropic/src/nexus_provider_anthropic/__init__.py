@@ -37,6 +37,9 @@ def config_schema() -> dict[str, Any]:
                             "description": "the environment variable holding the API key"},
             "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600},
             "max_retries": {"type": "integer", "minimum": 0, "default": 2},
+            "prompt_caching": {"type": "boolean", "default": True,
+                               "description": "mark the tools, system prompt and conversation for "
+                                              "Anthropic's prompt cache, which each turn repeats"},
         },
     }
 
