@@ -49,6 +49,7 @@ READY: Final = "ready"  # up and running
 SPARE: Final = "spare"  # a child forked ahead (its pipe ends passed with the message)
 FORKED: Final = "forked"  # the child a FORK asked for (its pipe ends passed with the message)
 EXIT: Final = "exit"  # a child the host had killed ended
+TRASH: Final = "trash"  # scratch folders scripts changed, renamed out of the way: the host removes them
 # host -> zygote
 FORK: Final = "fork"  # a child now (no spare at hand)
 KILL: Final = "kill"  # kill that child's process group
@@ -155,7 +156,11 @@ class SpareMessage(TypedDict):
     key: str  # the bindings it has compiled ("" for none)
     idle: bool  # it runs under SCHED_IDLE until the host lifts that
     replaces: int | None  # the spare whose run ended, for which this one was forked
-    trash: list[str]  # scratch folders their scripts changed, renamed out of the way: the host removes them
+
+
+class TrashMessage(TypedDict):
+    t: Literal["trash"]
+    paths: list[str]  # scratch folders their scripts changed, renamed out of the way: the host removes them
 
 
 class ForkedMessage(TypedDict):

@@ -329,6 +329,10 @@ class _Zygote:
             fds = self._passed.pop(0) if self._passed else []
             with self._cond:
                 dropped = self._child_came(msg, fds)
+        elif kind == protocol.TRASH:  # folders its scripts changed: removed off this thread
+            for path in msg.get("paths") or ():
+                if isinstance(path, str) and os.path.dirname(path) == self.scratch_root:
+                    janitor.remove(path)
         elif kind == protocol.EXIT:
             pid = int(msg["pid"])
             with self._cond:
@@ -352,9 +356,6 @@ class _Zygote:
             self._forks[req] = ZygoteChild(pid, fds[0], fds[1], scratch=str(msg["scratch"]), zygote=self)
             return []
         replaces = msg.get("replaces")
-        for path in msg.get("trash") or ():  # folders its scripts changed: removed off this thread
-            if isinstance(path, str) and os.path.dirname(path) == self.scratch_root:
-                janitor.remove(path)
         return self.spares.add(Spare(pid, str(msg["scratch"]), fds[0], fds[1], str(msg.get("key") or ""),
                                      bool(msg.get("idle"))), replaces if isinstance(replaces, int) else None)
 

@@ -289,9 +289,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             child = fork_child()
         spares.append(child.pid)
         del spares[:-spare_count]  # older ones (of older bindings) the host drops
-        trash, folders.trash = folders.trash, []
         send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle,
-              "replaces": replaces, "trash": trash}, [child.host_read, child.host_write])
+              "replaces": replaces}, [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
@@ -307,6 +306,9 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
             except BlockingIOError:
                 pass
             reap()
+            if folders.trash:  # now, not with the next spare: its fork (under SCHED_IDLE) can wait long
+                trash, folders.trash = folders.trash, []
+                send({"t": protocol.TRASH, "paths": trash})
             for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
                 spares.remove(pid)
                 push_spare(pid)
