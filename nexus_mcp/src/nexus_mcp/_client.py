@@ -147,17 +147,18 @@ class McpClient:
     # -- the registry -------------------------------------------------------------------------
 
     async def _on_listing(self, connection: ServerConnection, tools: list[types.Tool]) -> None:
-        """A running server's tool list (at its start, or after it said it changed): apply it off
-        the loop (registry observers may do anything, even call a tool), and cache it."""
+        """A running server's tool list (at its start, or after it said it changed): cache it,
+        then apply it off the loop (registry observers may do anything, even call a tool). In
+        that order, so whoever sees the registry change finds the cache saying the same."""
         from ._convert import tool_json
 
         listing = [tool_json(t) for t in tools]
+        await asyncio.to_thread(self._write_cache, connection.config, listing)
         deferred = self._deferred
         if deferred is not None:  # the servers starting with the Nexus: applied in config order
             deferred[connection.name] = listing
         else:
             await asyncio.to_thread(self._apply, connection.name, listing, False)
-        await asyncio.to_thread(self._write_cache, connection.config, listing)
 
     def _apply(self, server: str, tools: list[dict[str, Any]], from_cache: bool = False) -> None:
         """Make the registry hold exactly `tools` for `server`: add the new ones, replace the
