@@ -11,7 +11,7 @@ import pytest
 from fakes.providers import Call, FakeProviders, Raw, responses_response
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta
-from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus
+from nexus_core import ConfigError, Message, ModelCall, ModelError, ModelRequest, Nexus
 
 from .conftest import API_KEY, READ_SCRIPT, NoDeletes, Workspace
 
@@ -126,5 +126,5 @@ def test_an_error_names_what_to_fix_without_the_key(fake: FakeProviders, workspa
 
 def test_the_api_setting_is_checked(workspace: Workspace) -> None:
     data = workspace.config(nexus__provider__openai={"api": "completions"})
-    with pytest.raises(Exception, match=r"plugins\.nexus\.provider\.openai\.api"):
+    with pytest.raises(ConfigError, match=r"plugins\.nexus\.provider\.openai\.api"):
         Nexus.from_config(data)

@@ -22,7 +22,7 @@ from nexus_core import SDKProvider
 if TYPE_CHECKING:
     from google import genai
 
-    from nexus_core import ModelCall, ModelRequest, ModelResponse
+    from nexus_core import ModelCall, ModelRequest, ModelResponse, Nexus
 
 PLUGIN_ID = "nexus.provider.gemini"
 PROVIDER = "gemini"
@@ -52,7 +52,7 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     name = PROVIDER
     vendor = "Gemini"
 
-    def __init__(self, nexus: Any) -> None:
+    def __init__(self, nexus: Nexus) -> None:
         super().__init__(nexus)
         # the request a thread is sending: its HTTP response, once it comes, is what cancelling
         # the request closes (the SDK's stream is a generator, which another thread cannot close)
