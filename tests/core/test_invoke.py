@@ -11,6 +11,7 @@ import pytest
 
 from nexus_core import (
     CallContext,
+    CancelToken,
     Nexus,
     Rewrite,
     ToolCall,
@@ -191,6 +192,82 @@ def test_nested_calls_carry_parent_call_id_through_the_gates(nx: Nexus, recorder
         ("echo", "top"), ("echo", "top"), ("outer", None),
     ]
     assert gate.seen == [{}, {"n": 1}, {"n": 2}]
+
+
+# -- cancellation ------------------------------------------------------------------------------
+
+
+def test_a_call_cancelled_before_it_runs_is_refused_and_seen_by_observers(nx: Nexus, recorder: Recorder) -> None:
+    ran: list[dict[str, Any]] = []
+    gate = Gate(lambda call: None)
+    nx.register(gate)
+    nx.add_tool(native_tool("effect", run=lambda a: ran.append(a) or "done"))
+    token = CancelToken()
+    token.cancel("Ctrl-C")
+    result = nx.invoke("effect", {}, cancel=token)
+    assert result.error_kind == "cancelled" and ran == [] and gate.seen == []  # no gate was even asked
+    assert result.error == "cancelled: effect was not run, its caller stopped it (Ctrl-C)"
+    assert [(c.name, r.error_kind) for c, r in recorder.results] == [("effect", "cancelled")]
+
+
+def test_a_call_cancelled_while_its_gates_decide_does_not_run() -> None:
+    token = CancelToken()
+    ran: list[str] = []
+
+    class CancelsWhileDeciding:
+        @hookimpl
+        def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> None:
+            token.cancel()  # as a person pressing Ctrl-C during an approval would
+
+    with Nexus(autoload=False, plugins=[CancelsWhileDeciding()],
+               tools=[native_tool("effect", run=lambda a: ran.append("ran") or "done")]) as nexus:
+        result = nexus.invoke("effect", {}, cancel=token)
+    assert (result.error_kind, ran) == ("cancelled", [])
+
+
+def test_a_running_handler_sees_the_token_and_its_inner_calls_inherit_it(nx: Nexus) -> None:
+    token = CancelToken()
+    seen: dict[str, Any] = {}
+
+    def inner(arguments: dict[str, Any], ctx: CallContext) -> str:
+        seen["inner"] = ctx.cancel
+        return "inner ran"
+
+    def outer(arguments: dict[str, Any], ctx: CallContext) -> str:
+        seen["outer"] = ctx.cancel
+        first = ctx.nexus.invoke(ToolCall(name="inner", parent_call_id=ctx.call_id))
+        ctx.cancel.cancel("the script ended")
+        second = ctx.nexus.invoke(ToolCall(name="inner", parent_call_id=ctx.call_id))
+        own = CancelToken()  # an inner call given its own token keeps it
+        third = ctx.nexus.invoke(ToolCall(name="inner", parent_call_id=ctx.call_id), cancel=own)
+        return " / ".join(r.output for r in (first, second, third))
+
+    nx.add_tool(native_tool("inner", run=inner, ctx=True))
+    nx.add_tool(native_tool("outer", run=outer, ctx=True))
+    result = nx.invoke("outer", {}, cancel=token)
+    assert seen["outer"] is token and token.cancelled
+    assert result.output == ("inner ran / cancelled: inner was not run, its caller stopped it (the script "
+                             "ended) / inner ran")
+    assert seen["inner"] is not token
+
+
+def test_a_handler_without_a_token_gets_one_nobody_cancels(nx: Nexus) -> None:
+    seen: list[CancelToken] = []
+    nx.add_tool(native_tool("ctx_tool", run=lambda a, ctx: seen.append(ctx.cancel) or "ok", ctx=True))
+    assert nx.invoke("ctx_tool", {}).output == "ok"
+    assert not seen[0].cancelled
+
+
+def test_on_cancel_runs_at_once_when_cancelled_and_can_be_taken_back() -> None:
+    token = CancelToken()
+    calls: list[str] = []
+    forget = token.on_cancel(lambda: calls.append("a"))
+    token.on_cancel(lambda: calls.append("b"))
+    forget()
+    token.cancel("first")
+    token.cancel("second")  # the first reason stands, nothing runs twice
+    token.on_cancel(lambda: calls.append("late"))  # registered after: runs at once
+    assert calls == ["b", "late"] and token.reason == "first" and token.wait(0)
 
 
 # -- argument validation ----------------------------------------------------------------------

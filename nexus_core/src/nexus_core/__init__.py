@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 #: public name -> the private module that defines it
 _LAZY: dict[str, str] = {
+    "CancelToken": "._cancel",
     "ConfigError": "._config",
     "AudioContent": "._content",
     "Content": "._content",
@@ -88,6 +89,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from ._cancel import CancelToken
     from ._config import ConfigError
     from ._content import AudioContent, Content, ImageContent, ResourceContent, TextContent
     from ._converter import WireError, converter, from_json, to_json
@@ -139,6 +141,7 @@ __all__ = [
     "Ask",
     "AudioContent",
     "CallContext",
+    "CancelToken",
     "CodeExecChunk",
     "CodeExecRequest",
     "CodeExecResult",

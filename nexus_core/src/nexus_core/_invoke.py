@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._cancel import CancelToken
 from ._llm import ModelError, ModelRequest
 from ._models import (
     Answer,
@@ -142,36 +143,46 @@ def unknown_tool_message(name: str, known: Iterable[str]) -> str:
     return f"unknown tool: {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
+def _cancelled_text(call: ToolCall, cancel: CancelToken) -> str:
+    why = f" ({cancel.reason})" if cancel.reason else ""
+    return f"cancelled: {call.name} was not run, its caller stopped it{why}"
+
+
 class Invoker:
     def __init__(self, nexus: Nexus, pm: NexusPluginManager, registry: ToolRegistry) -> None:
         self._nexus = nexus
         self._pm = pm
         self._registry = registry
         self._hook = pm.hook
-        #: call id -> the approver given to that call (or inherited from its parent), while it
-        #: runs: an inner call (run_code's, a tool's) finds its parent's approver here
-        self._approvers: dict[str, Approver] = {}
+        #: call id -> the approver and cancel token given to that call (or inherited from its
+        #: parent), while it runs: an inner call (run_code's, a tool's) finds its parent's here
+        self._inherited: dict[str, tuple[Approver | None, CancelToken | None]] = {}
 
     # -- the path ---------------------------------------------------------------------------
 
     def invoke_call(self, call: ToolCall, context: Mapping[str, Any] | None = None, answer: Any = None,
-                    approver: Approver | None = None) -> ToolResult:
-        if approver is None and call.parent_call_id is not None:
-            approver = self._approvers.get(call.parent_call_id)
-        if approver is None:
-            return self._invoke(call, context, answer, None)
-        self._approvers[call.id] = approver
+                    approver: Approver | None = None, cancel: CancelToken | None = None) -> ToolResult:
+        if call.parent_call_id is not None and (approver is None or cancel is None):
+            parent = self._inherited.get(call.parent_call_id)
+            if parent is not None:
+                approver = approver if approver is not None else parent[0]
+                cancel = cancel if cancel is not None else parent[1]
+        if approver is None and cancel is None:
+            return self._invoke(call, context, answer, None, None)
+        self._inherited[call.id] = (approver, cancel)
         try:
-            return self._invoke(call, context, answer, approver)
+            return self._invoke(call, context, answer, approver, cancel)
         finally:
-            self._approvers.pop(call.id, None)
+            self._inherited.pop(call.id, None)
 
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
-                approver: Approver | None) -> ToolResult:
+                approver: Approver | None, cancel: CancelToken | None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
             return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
+        if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
+            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
 
         call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
@@ -189,6 +200,8 @@ class Invoker:
             except Exception:  # only a hook wrapper can get here: observers are contained
                 log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
+        if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
+            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
         try:
             if tool.takes_context:
                 ctx = CallContext(
@@ -199,6 +212,7 @@ class Invoker:
                     data=dict(context or {}),
                     nexus=self._nexus,
                     approver=approver if approver is not None else self._nexus.approver,
+                    cancel=cancel if cancel is not None else CancelToken(),
                 )
                 value = tool.handler(call.arguments, ctx)
             else:

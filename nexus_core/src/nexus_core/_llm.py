@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 import attrs
 
+from ._cancel import CancelToken
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
 from .hookspecs import hookimpl
 
@@ -144,14 +145,12 @@ class ModelCall:
     def __init__(self, on_text: Callable[[str], None] | None = None, *, stream: bool = True) -> None:
         self.on_text = on_text
         self.stream = stream
-        self._cancelled = threading.Event()
-        self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], Any]] = []
+        self.token = CancelToken()
         self._text_failed = False
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self.token.cancelled
 
     def text(self, delta: str) -> None:
         """Pass streamed text to the caller. A caller's callback that raises is logged once and
@@ -166,32 +165,15 @@ class ModelCall:
 
     def on_cancel(self, fn: Callable[[], Any]) -> None:
         """Run `fn` when the call is cancelled (now, if it already is)."""
-        with self._lock:
-            if not self._cancelled.is_set():
-                self._callbacks.append(fn)
-                return
-        self._run(fn)
+        self.token.on_cancel(fn)
 
     def cancel(self) -> None:
-        with self._lock:
-            if self._cancelled.is_set():
-                return
-            self._cancelled.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            self._run(fn)
+        self.token.cancel("the model request was cancelled")
 
     def check(self) -> None:
         """Raise `ModelError(kind="cancelled")` if the call was cancelled."""
         if self.cancelled:
             raise ModelError("the model request was cancelled", "cancelled")
-
-    @staticmethod
-    def _run(fn: Callable[[], Any]) -> None:
-        try:
-            fn()
-        except Exception:  # closing a stream that is already gone, typically
-            log.debug("an on_cancel callback raised", exc_info=True)
 
 
 @runtime_checkable

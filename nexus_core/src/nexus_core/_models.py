@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._cancel import CancelToken
 from ._content import CONTENT_TYPES, Content
 
 JSONObject = dict[str, Any]
@@ -191,6 +192,11 @@ class CallContext:
     #: the approver that answers for this call (the invoke's, a parent call's, or the Nexus's),
     #: for tools that ask the person something: `ctx.nexus.ask(question, approver=ctx.approver)`
     approver: Any = attrs.field(default=None, repr=False)
+    #: set when the caller stops the call (Ctrl-C, the run_code script that made it ended): a
+    #: handler that blocks registers with `ctx.cancel.on_cancel(fn)` what stops it at once (the
+    #: shell kills the command's processes) or checks `ctx.cancel.cancelled` between steps. The
+    #: invoke's token, else the parent call's, else one nobody cancels.
+    cancel: CancelToken = attrs.field(factory=CancelToken, repr=False)
 
 
 @attrs.frozen

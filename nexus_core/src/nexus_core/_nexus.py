@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import pluggy
 
+from ._cancel import CancelToken
 from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
 from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
@@ -379,6 +380,7 @@ class Nexus:
         context: Mapping[str, Any] | None = None,
         answer: Any = None,
         approver: Approver | None = None,
+        cancel: CancelToken | None = None,
     ) -> ToolResult:
         """Run a tool through the gates. Never raises for a tool's failure: unknown tools,
         vetoes, invalid arguments and handler exceptions all come back as error results.
@@ -386,7 +388,10 @@ class Nexus:
         `invoke("name", {...})` or `invoke(ToolCall(...))`. `context` is data handed to tools
         that take a context; `answer` is a host-supplied answer (to a pending question);
         `approver` answers for the person during this call and the calls it makes (a run_code
-        script's), in place of the Nexus's `approver`.
+        script's), in place of the Nexus's `approver`. `cancel` stops the call from another
+        thread: cancelled before the handler runs, the call is refused (`error_kind`
+        "cancelled"); while it runs, the handler sees it as `ctx.cancel` and stops. The calls
+        this call makes inherit both (an inner call given its own keeps that).
         """
         if isinstance(call, str):
             if arguments is not None and not isinstance(arguments, Mapping):
@@ -399,7 +404,7 @@ class Nexus:
             raise TypeError(f"invoke() takes a tool name or a ToolCall, not {type(call).__name__}")
         if self._closed:
             return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
-        return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver)
+        return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver, cancel=cancel)
 
     def ask(self, question: Question, approver: Approver | None = None) -> Answer:
         """Ask the person behind the front end (`approver`, else the Nexus's) and return the
