@@ -70,11 +70,11 @@ def git_status_runs_nothing(workspace: Path) -> None:
 
 
 def refused(files: Nexus, workspace: Path, tool: str, arguments: dict[str, Any], *, names: str = "") -> str:
-    """The call must fail, name the rule and the key, and change nothing at all."""
+    """The call must fail, name the path, the rule and the key, and change nothing at all."""
     before = tree(workspace)
     result = assert_error(files.invoke(tool, arguments), kind="failure")
     error = result.error or ""
-    assert error.startswith(f"{tool}: ") and " is protected" in error and error.endswith(ALLOW_HINT), error
+    assert " is protected" in error and error.endswith(ALLOW_HINT), error
     if names:
         assert names in error, error
     assert tree(workspace) == before, "the workspace changed"
@@ -88,7 +88,7 @@ def test_the_fsmonitor_write_of_the_issue_is_refused(files: Nexus, repo: Path) -
     config = (repo / ".git" / "config").read_text()
     error = refused(files, repo, "write", {
         "path": ".git/config", "content": config + f"[core]\n\tfsmonitor = {payload(repo)}\n"})
-    assert error == f"write: .git/config is protected ({GIT_RULE}); nothing was changed. {ALLOW_HINT}"
+    assert error == f".git/config is protected ({GIT_RULE}); nothing was changed. {ALLOW_HINT}"
     git_status_runs_nothing(repo)
 
 
@@ -147,14 +147,14 @@ def test_apply_patch_adding_a_hook_is_refused(files: Nexus, repo: Path) -> None:
     error = refused(files, repo, "apply_patch", {"patch": "*** Begin Patch\n*** Add File: notes2.txt\n+fine\n"
                                                           "*** Add File: .git/hooks/x\n+#!/bin/sh\n+echo\n"
                                                           "*** End Patch"})
-    assert error.startswith("apply_patch: .git/hooks/x is protected"), error
+    assert error.startswith(".git/hooks/x is protected"), error
     assert not (repo / "notes2.txt").exists()  # all or nothing
 
 
 def test_moving_a_harmless_file_onto_a_protected_name_is_refused(files: Nexus, repo: Path) -> None:
     refused(files, repo, "apply_patch", {"patch": "*** Begin Patch\n*** Update File: notes.txt\n*** Move to: .envrc\n"
                                                   f"@@\n-notes\n+{payload(repo)}\n*** End Patch"},
-            names="apply_patch: .envrc is protected (direnv runs it")
+            names=".envrc is protected (direnv runs it")
     refused(files, repo, "apply_patch", {"patch": "*** Begin Patch\n*** Update File: notes.txt\n"
                                                   "*** Move to: .git/hooks/post-checkout\n"
                                                   "@@\n-notes\n+x\n*** End Patch"})

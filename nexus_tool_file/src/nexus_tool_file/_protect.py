@@ -94,8 +94,7 @@ def _ancestry(rel: str) -> list[str]:
 
 
 class ProtectedPath(FileToolError):
-    """A change to a protected path, refused before anything was made or replaced. The plugin
-    puts the tool's name in front of the message."""
+    """A change to a protected path, refused before anything was made or replaced."""
 
 
 @dataclass(frozen=True)

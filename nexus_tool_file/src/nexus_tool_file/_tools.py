@@ -15,7 +15,6 @@ from nexus_core import ConfigError, Nexus, ToolDef, ToolResult, failure
 
 from . import PLUGIN_ID, _beneath, _files, _patch, _patterns, _protect, _search
 from ._paths import FileToolError, Workspace
-from ._protect import ProtectedPath
 from ._settings import Settings
 
 Handler = Callable[[Workspace, Settings, dict[str, Any]], ToolResult]
@@ -53,21 +52,16 @@ CODE_DESCRIPTIONS = {
 }
 
 
-def bind(name: str, handler: Handler, workspace: Workspace,
-         settings: Settings) -> Callable[[dict[str, Any]], ToolResult]:
+def bind(handler: Handler, workspace: Workspace, settings: Settings) -> Callable[[dict[str, Any]], ToolResult]:
     """The handler for one Nexus: its workspace and settings bound in, and expected failures
     (a refused path, a missing file, a hunk that does not apply, a disk error) returned as
-    `failure(message)` for the model to read, rather than raised. A protected path's refusal
-    starts with the tool's name (`write: .git/config is protected ...`): it is the one a person
-    may be shown, and asked to allow."""
+    `failure(message)` for the model to read, rather than raised."""
     work = functools.partial(handler, workspace, settings)
 
     @functools.wraps(handler)
     def run(arguments: dict[str, Any]) -> ToolResult:
         try:
             return work(arguments)
-        except ProtectedPath as exc:
-            return failure(f"{name}: {exc}")
         except FileToolError as exc:
             return failure(str(exc))
         except OSError as exc:
@@ -126,6 +120,6 @@ def register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
             continue  # removed, not refused: the model is never offered a tool it may not use
         # MCP's tool hints, for hosts that show or gate on them: writers may overwrite files.
         hints = {"readOnlyHint": not writes, **({"destructiveHint": True} if writes else {})}
-        register(ToolDef(name=name, handler=bind(name, handler, workspace, settings), description=description,
+        register(ToolDef(name=name, handler=bind(handler, workspace, settings), description=description,
                          input_schema=input_schema, output_schema=output_schema, annotations=hints,
                          code_description=CODE_DESCRIPTIONS.get(name, "")))
