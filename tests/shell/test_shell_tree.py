@@ -80,13 +80,13 @@ def test_kill_method_is_the_subreaper_here() -> None:
 
 
 def test_a_timeout_kills_setsid_and_double_forked_processes(shell: Nexus, nexus_workspace: Path) -> None:
-    result = assert_ok(shell.invoke("shell", {"command": ESCAPERS + "sleep 60", "timeout": 5}))
+    result = assert_ok(shell.invoke("shell", {"command": ESCAPERS + "sleep 60", "timeout": 10}))
     out = result.output_structured
     assert out["timed_out"] is True and out["exit_code"] is None
-    assert (nexus_workspace / "ready").exists(), "the command did not get to start its processes within 5 s"
+    assert (nexus_workspace / "ready").exists(), "the command did not get to start its processes within 10 s"
     assert_nothing_left(nexus_workspace, out["killed"])
     names = ", ".join(k["name"] for k in out["killed"])
-    assert result.output.endswith(f"[timed out after 5 s: killed {len(out['killed'])} processes ({names})]")
+    assert result.output.endswith(f"[timed out after 10 s: killed {len(out['killed'])} processes ({names})]")
     assert sorted(names.split(", ")) == ["sh", "sh", "sleep", "sleep", "sleep"]  # the shell exec'd its last sleep
 
 
@@ -100,8 +100,8 @@ def test_cancelling_from_another_thread_kills_the_tree(shell: Nexus, nexus_works
     stopper = threading.Thread(target=stop_when_ready)
     stopper.start()
     try:
-        result = shell.invoke("shell", {"command": ESCAPERS + "echo waiting; sleep 300", "timeout": 600},
-                              cancel=token)
+        command = ESCAPERS.replace("touch ready", "echo waiting; touch ready") + "sleep 300"
+        result = shell.invoke("shell", {"command": command, "timeout": 600}, cancel=token)
     finally:
         token.cancel("test over")
         stopper.join()
@@ -183,6 +183,17 @@ def test_the_command_sees_its_own_environment_not_the_supervisors(nexus_factory:
     assert lines == ["ONLY=a=b c"]
 
 
+def test_the_environment_is_not_on_any_command_line(nexus_factory: NexusFactory) -> None:
+    # /proc/<pid>/cmdline is readable by every local user; the environment is the user's alone
+    nx = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {
+        "env": {"SERVICE_TOKEN": "s3cret-7f3a"}}}})
+    result = assert_ok(nx.invoke("shell", {"command": "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; "
+                                                      "tr '\\0' ' ' < /proc/$$/cmdline; echo; echo $SERVICE_TOKEN"}))
+    stdout = result.output_structured["stdout"]
+    assert " -I -S -B -c " in stdout  # the supervisor's command line (its source is on it, many lines)
+    assert stdout.endswith("\ns3cret-7f3a\n") and stdout.count("s3cret") == 1  # in the environment alone
+
+
 def test_signals_the_supervisor_ignores_are_at_their_defaults_in_the_command(shell: Nexus) -> None:
     # Python ignores SIGPIPE: a command must not inherit that (`yes | head` would never end)
     result = assert_ok(shell.invoke("shell", {"command": "yes | head -n 2; grep -E '^Sig(Ign|Blk)' /proc/self/status",
@@ -197,14 +208,26 @@ def test_without_a_supervisor_the_group_is_killed(shell: Nexus, nexus_workspace:
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # elsewhere (macOS) or where Python cannot start again: the old way, and said so
     monkeypatch.setattr(run, "_why_no_supervisor", lambda: "a test said so")
-    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 60", "timeout": 1}))
-    assert result.output.endswith("[timed out after 1 s: the command's process group was killed]")
+    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 60", "timeout": 5}))
+    assert result.output.endswith("[timed out after 5 s: the command's process group was killed]")
     assert wait_for(lambda: gone(int(result.output_structured["stdout"])))
     token = CancelToken()
-    threading.Timer(0.5, token.cancel, args=("stop",)).start()
-    stopped = shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 60", "timeout": 60}, cancel=token)
+
+    def stop_when_ready() -> None:
+        wait_for(lambda: (nexus_workspace / "ready").exists(), within=120)
+        token.cancel("stop")
+
+    stopper = threading.Thread(target=stop_when_ready)
+    stopper.start()
+    try:
+        stopped = shell.invoke("shell", {"command": "sleep 100 & echo $! > bg.pid; touch ready; sleep 60",
+                                         "timeout": 600}, cancel=token)
+    finally:
+        token.cancel("test over")
+        stopper.join()
     assert_error(stopped, "stopped: the call was cancelled (stop): the command's process group was killed",
                  kind="cancelled")
+    assert wait_for(lambda: gone(pids(nexus_workspace, "bg.pid")[0]))
 
 
 def test_nexus_doctor_names_the_kill_method(shell: Nexus) -> None:

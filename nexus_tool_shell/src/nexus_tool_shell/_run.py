@@ -162,11 +162,17 @@ def _supervisor_source() -> str:
     return resources.files(__package__).joinpath("_supervisor.py").read_text(encoding="utf-8")
 
 
-def supervisor_argv(request_fd: int, report_fd: int, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def supervisor_argv(request_fd: int, report_fd: int, argv: Sequence[str]) -> list[str]:
     """The supervisor's command line: this interpreter, isolated, without site-packages, then
-    its pipes, the command's environment and the command."""
-    return [sys.executable, "-I", "-S", "-B", "-c", _supervisor_source(), str(request_fd), str(report_fd),
-            str(len(env)), *(f"{name}={value}" for name, value in env.items()), *argv]
+    its pipes and the command (its environment goes through the request pipe)."""
+    return [sys.executable, "-I", "-S", "-B", "-c", _supervisor_source(), str(request_fd), str(report_fd), *argv]
+
+
+def _env_request(env: Mapping[str, str]) -> bytes:
+    """The command's environment as the supervisor reads it: a byte count, a newline, then
+    NAME=VALUE entries separated by NUL (which neither may hold)."""
+    blob = b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
+    return f"{len(blob)}\n".encode() + blob
 
 
 def _why_no_supervisor() -> str:
@@ -298,7 +304,7 @@ def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], t
     report_r, report_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            supervisor_argv(request_r, report_w, argv, env), cwd=cwd, env={}, stdin=subprocess.DEVNULL,
+            supervisor_argv(request_r, report_w, argv), cwd=cwd, env={}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             pass_fds=(request_r, report_w),
         )
@@ -325,6 +331,10 @@ def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], t
             pass  # the supervisor is gone: its end is handled after the loop
 
     try:
+        try:
+            _write_all(request_w, _env_request(env))
+        except BrokenPipeError:
+            pass  # the supervisor died at once: found after the loop
         forget = stop.on_cancel(waker.poke) if stop is not None else (lambda: None)
         with selectors.DefaultSelector() as selector:
             pipes = _Pipes.of(proc, selector, max_output_bytes)
@@ -409,6 +419,12 @@ def _supervised_result(reports: list[dict[str, Any]], pipes: _Pipes, timed_out: 
         left=tuple((int(pid), str(name), str(why)) for pid, name, why in (final or {}).get("left", [])),
         kill_note=note,
     )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _parse(line: bytes) -> dict[str, Any]:

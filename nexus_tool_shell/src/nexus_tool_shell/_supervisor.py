@@ -13,8 +13,10 @@ them, and reports what it killed. A PID namespace would do the same but needs a 
 stop working); a cgroup needs a delegated cgroup tree, which unprivileged users rarely have. A
 subreaper needs neither, and Linux has it since 3.4.
 
-It runs as `python -I -S -c <this file's source> REQUEST_FD REPORT_FD N NAME=VALUE... ARGV...`
-(N variables for the command's environment, then its command line): isolated (no PYTHON*
+It runs as `python -I -S -c <this file's source> REQUEST_FD REPORT_FD ARGV...`, and reads the
+command's environment from REQUEST_FD first (a byte count, a newline, then `NAME=VALUE` entries
+separated by NUL): not on its own command line, which every local user can read, nor as its own
+environment, to which Python adds `LC_CTYPE` when the locale is C. It runs isolated (no PYTHON*
 variables, no user site, and neither the script's folder nor the working folder on sys.path, so
 a `signal.py` in the workspace is not imported), without site-packages, importing only what the
 interpreter has loaded anyway, C modules and ctypes (a few milliseconds: no json, no enum). It writes
@@ -222,7 +224,24 @@ class Supervisor:
             if not data or b"kill" in data:  # asked to, or the host went away
                 self.stop = True
 
-    def start(self, argv: list[str], env: dict[str, str], subreaper: bool, why: str) -> None:
+    def read_env(self) -> dict[bytes, bytes] | None:
+        """The command's environment, as the host sent it (None when the host went away)."""
+        header = b""
+        while not header.endswith(b"\n"):
+            byte = os.read(self.request_fd, 1)
+            if not byte:
+                return None
+            header += byte
+        blob = b""
+        size = int(header)
+        while len(blob) < size:
+            chunk = os.read(self.request_fd, size - len(blob))
+            if not chunk:
+                return None
+            blob += chunk
+        return dict(entry.split(b"=", 1) for entry in blob.split(b"\0") if b"=" in entry)
+
+    def start(self, argv: list[str], env: dict[bytes, bytes], subreaper: bool, why: str) -> None:
         """Fork the command, report its pid, then let it exec: the host knows the pid (its
         process group and session) before the command runs a single instruction of its own,
         so even a command that kills this process at once leaves the host its group to kill.
@@ -259,7 +278,10 @@ class Supervisor:
             code = int(failed)
             raise OSError(code, os.strerror(code), argv[0])
 
-    def run(self, argv: list[str], env: dict[str, str]) -> None:
+    def run(self, argv: list[str]) -> None:
+        env = self.read_env()
+        if env is None:
+            return
         subreaper, why = become_subreaper()
         try:
             self.start(argv, env, subreaper, why)
@@ -318,9 +340,7 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> None:
-    count = int(argv[3])
-    env = dict(entry.split("=", 1) for entry in argv[4:4 + count])
-    Supervisor(int(argv[1]), int(argv[2])).run(argv[4 + count:], env)
+    Supervisor(int(argv[1]), int(argv[2])).run(argv[3:])
 
 
 if __name__ == "__main__":
