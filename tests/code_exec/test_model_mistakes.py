@@ -81,7 +81,7 @@ CASES = [
     Case('result-as-dict', "import tools\n\ndef run(ctx):\n    r = tools.read(path='notes.md')\n    return r['content']\n",
          "script rejected: line 5: tools.read() returns a ReadResult, an object, not a dict: write .content, not ['content']"),
     Case('result-get', "import tools\n\ndef run(ctx):\n    r = tools.shell(command='ls')\n    return r.get('stdout')\n",
-         'script rejected: line 5: tools.shell() returns a ShellResult, an object, not a dict: read its fields as attributes (.stdout, .stderr, .exit_code, .timed_out, .stdout_truncated, .stderr_truncated)'),
+         'script rejected: line 5: tools.shell() returns a ShellResult, an object, not a dict: read its fields as attributes (.stdout, .stderr, .exit_code, .timed_out, .stdout_truncated, .stderr_truncated, .killed)'),
     Case('plain-result-field', 'import tools\n\ndef run(ctx):\n    r = tools.todowrite(todos=[])\n    return r.content\n',
          "script rejected: line 5: tools.todowrite() returns a Result, which has no attribute 'content' (its fields: output, error, output_file)"),
     Case('map-swapped', "import tools, parallel\n\ndef run(ctx):\n    paths = ['a.md', 'b.md']\n    return parallel.map(lambda p: tools.read(path=p).content, paths)\n",
