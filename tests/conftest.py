@@ -42,6 +42,11 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         state = tmp_path_factory.mktemp("xdg_state")
         patch.setenv("XDG_STATE_HOME", str(state))
+        # pip keeps its cache below XDG_CACHE_HOME too: the fresh venvs' installs keep using the
+        # person's, or every run would download every dependency again
+        if "PIP_CACHE_DIR" not in os.environ:
+            cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            patch.setenv("PIP_CACHE_DIR", os.path.join(cache, "pip"))
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
         yield state
 

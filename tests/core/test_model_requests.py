@@ -87,7 +87,7 @@ def test_an_unknown_provider_names_the_ones_there_are() -> None:
         nx.complete(request(provider="ecko"))
     assert info.value.kind == "unknown_provider"
     assert str(info.value) == "no model provider 'ecko' (did you mean 'echo'?): the providers here are 'echo'"
-    with Nexus(autoload=False) as nx, pytest.raises(ModelError, match="pip install nexus-rt-provider-openai"):
+    with Nexus(autoload=False) as nx, pytest.raises(ModelError, match="install nexus-rt-provider-openai"):
         nx.complete(request())
 
 
@@ -104,7 +104,7 @@ def test_check_model_suggests_the_provider_for_a_typo_or_a_plugin_id_and_says_wh
         with pytest.raises(ModelError) as info:
             nx.check_model("anthropic:claude-sonnet-4-5")
         assert str(info.value) == ("no model provider 'anthropic': the providers here are 'echo'; "
-                                   "pip install nexus-rt-provider-anthropic gives 'anthropic'")
+                                   "the distribution nexus-rt-provider-anthropic gives 'anthropic'")
         with pytest.raises(ValueError, match="is not provider:model"):
             nx.check_model("gpt-4.1")
 

@@ -347,7 +347,7 @@ class ProviderRegistry:
         if known:
             have = f"the providers here are {', '.join(map(repr, sorted(known)))}"
         else:
-            have = ("no provider plugin is installed (pip install nexus-rt-provider-openai, "
+            have = ("no provider plugin is installed (install nexus-rt-provider-openai, "
                     "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
         if not close and name in SHIPPED_PROVIDERS:
             plugin = f"nexus.provider.{name}"
@@ -355,7 +355,7 @@ class ProviderRegistry:
             if status is not None:
                 have += f"; the plugin {plugin} is installed but {status} (`nexus plugins` says why)"
             elif known:
-                have += f"; pip install {SHIPPED_PROVIDERS[name]} gives {name!r}"
+                have += f"; the distribution {SHIPPED_PROVIDERS[name]} gives {name!r}"
         return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
 
 
