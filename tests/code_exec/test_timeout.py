@@ -46,7 +46,7 @@ def make(nexus_factory: NexusFactory, spy: ProcessSpy, launcher: str = "auto", t
                        config={"plugins": {CE: {"timeout_seconds": LIMIT, "launcher": launcher}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
     if launcher != "spawn":  # the zygote and the spares it forks ahead (the warm run's replacement too)
-        assert wait_until(lambda: len(descendants()) == 1 + SPARES), descendants()
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES, spares=True), descendants()
     spy.baseline = descendants()
     return nx
 
