@@ -253,9 +253,16 @@ class _Zygote:
     def exit_of(self, pid: int, timeout: float) -> _Exit | None:
         """How child `pid` (which a run has) ended, once the zygote reported it, waiting up to
         `timeout` seconds; None if that did not come."""
-        if self._watched.get(pid) is None:
-            self.hurry()  # it may be forking a spare under SCHED_IDLE, the report queued behind
-        self.wait_for(lambda: self._watched.get(pid) is not None, timeout)
+        # The zygote may be forking a spare under SCHED_IDLE, the report queued behind it; and it
+        # may go idle only after this call began (the KILL that asks for the report also starts
+        # the replacement's fork, before the child's reap): so lifted at each poll, not once.
+        deadline = time.monotonic() + timeout
+        while self._watched.get(pid) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.hurry()
+            self.wait_for(lambda: self._watched.get(pid) is not None, min(left, 0.05))
         with self._cond:
             return self._watched.get(pid)
 
