@@ -33,7 +33,7 @@ def process_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def wait_until_gone(pid: int, within: float = 2.0) -> bool:
+def wait_until_gone(pid: int, within: float = 30.0) -> bool:  # generous: only a failure waits it out
     end = time.monotonic() + within
     while time.monotonic() < end:
         if process_gone(pid):

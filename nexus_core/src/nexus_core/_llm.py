@@ -279,12 +279,23 @@ class SDKProvider(Generic[ClientT]):
         return f"<{type(self).__name__} {self.name!r} base_url={self.config.get('base_url')!r}>"
 
 
-class ProviderRegistry:
-    """The providers of one Nexus, by name, with the plugin that registered each."""
+#: the providers this project ships: name -> the distribution that gives it (for the hint when
+#: one of them is asked for and is not here)
+SHIPPED_PROVIDERS = {"openai": "nexus-rt-provider-openai", "anthropic": "nexus-rt-provider-anthropic",
+                     "gemini": "nexus-rt-provider-gemini"}
 
-    def __init__(self) -> None:
+
+class ProviderRegistry:
+    """The providers of one Nexus, by name, with the plugin that registered each.
+
+    `left_out`, when given, returns the plugins that are installed but not loaded here (plugin id
+    -> "inactive", "blocked" or "failed"): an unknown provider's error then says that the plugin
+    is there but not on, rather than to install it."""
+
+    def __init__(self, left_out: Callable[[], dict[str, str]] | None = None) -> None:
         self._providers: dict[str, tuple[ModelProvider, str | None]] = {}
         self._lock = threading.Lock()
+        self._left_out = left_out
 
     def add(self, provider: Any, plugin: str | None) -> ModelProvider:
         name = getattr(provider, "name", None)
@@ -314,13 +325,37 @@ class ProviderRegistry:
         """provider name -> the plugin that registered it."""
         return {n: p for n, (_, p) in sorted(self._providers.items())}
 
+    def check(self, spec: str) -> tuple[str, str]:
+        """`split_model(spec)`, and the provider registered: raises ValueError for a spec that is
+        not provider:model, ModelError ("unknown_provider") for a provider that is not here."""
+        provider, model = split_model(spec)
+        if self.get(provider) is None:
+            raise self.unknown(provider)
+        return provider, model
+
     def unknown(self, name: str) -> ModelError:
-        known = sorted(self._providers)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        have = (f"the providers here are {', '.join(map(repr, known))}" if known else
-                "no provider plugin is installed (pip install nexus-rt-provider-openai, "
-                "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
+        """The error for a model naming a provider that is not here: the closest provider (a
+        typo, or the plugin's id given for the provider's name), else how to get it."""
+        with self._lock:
+            known = {n: plugin for n, (_, plugin) in self._providers.items()}
+        # a provider by its name, or by the id of the plugin that registered it
+        # (`nexus.provider.openai:gpt-4.1` is meant as `openai:gpt-4.1`)
+        candidates = {n: n for n in known} | {plugin: n for n, plugin in known.items() if plugin}
+        # 0.75: `opnai` and `ecko` are typos of `openai` and `echo`; `nope` is not of `openai`
+        close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+        hint = f" (did you mean {candidates[close[0]]!r}?)" if close else ""
+        if known:
+            have = f"the providers here are {', '.join(map(repr, sorted(known)))}"
+        else:
+            have = ("no provider plugin is installed (install nexus-rt-provider-openai, "
+                    "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
+        if not close and name in SHIPPED_PROVIDERS:
+            plugin = f"nexus.provider.{name}"
+            status = (self._left_out() if self._left_out is not None else {}).get(plugin)
+            if status is not None:
+                have += f"; the plugin {plugin} is installed but {status} (`nexus plugins` says why)"
+            elif known:
+                have += f"; the distribution {SHIPPED_PROVIDERS[name]} gives {name!r}"
         return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
 
 

@@ -78,7 +78,8 @@ class Nexus:
         self._pm = new_plugin_manager()
         self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
                                       prepare=self._apply_tool_settings)
-        self._providers = ProviderRegistry()
+        self._providers = ProviderRegistry(
+            left_out=lambda: {i.name: i.status for i in self.plugins() if i.status != "active"})
         #: who answers when a gate asks or the question tool asks, unless an invoke names its own
         self.approver: Approver | None = approver
         self._invoker = Invoker(self, self._pm, self._registry)
@@ -431,6 +432,14 @@ class Nexus:
     def providers(self) -> dict[str, str | None]:
         """The registered model providers: name -> the plugin that registered it."""
         return self._providers.names()
+
+    def check_model(self, model: str) -> tuple[str, str]:
+        """`"openai:gpt-4.1"` -> `("openai", "gpt-4.1")`, once its provider is known to be
+        registered here. Raises ValueError for a string that is not provider:model, and
+        `ModelError` ("unknown_provider") for a provider that is not here, with the closest one
+        (`opnai` -> did you mean 'openai'?) or what to install. A front end calls it before
+        it starts, to fail with that message rather than at the first model request."""
+        return self._providers.check(model)
 
     def schemas(self, format: str = "openai", *, code_only: bool = False, **options: Any) -> Any:
         """The tools a model calls directly, in an LLM provider's format: "openai",
