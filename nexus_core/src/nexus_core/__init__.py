@@ -49,11 +49,11 @@ _LAZY: dict[str, str] = {
     "ToolDef": "._models",
     "ToolResult": "._models",
     "Veto": "._models",
-    "execute": "._native",
-    "native_tool": "._native",
-    "sanitize": "._native",
-    "tool": "._native",
-    "toolkit": "._native",
+    "execute": "._toolkit",
+    "native_tool": "._tool",
+    "sanitize": "._tool",
+    "tool": "._tool",
+    "toolkit": "._toolkit",
     "Nexus": "._nexus",
     "ToolRegistrationError": "._registry",
     "failure": "._results",
@@ -119,10 +119,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         ToolResult,
         Veto,
     )
-    from ._native import execute, native_tool, sanitize, tool, toolkit
     from ._nexus import Nexus
     from ._registry import ToolRegistrationError
     from ._results import failure, normalize_result, success
+    from ._tool import native_tool, sanitize, tool
+    from ._toolkit import execute, toolkit
     from .adapters import format_tool_call, format_tool_result, parse_tool_call, parse_tool_calls
     from .skills import (
         SkillProblem,
@@ -154,11 +155,11 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
-    "SDKProvider",
     "Nexus",
     "Question",
     "ResourceContent",
     "Rewrite",
+    "SDKProvider",
     "SkillContent",
     "SkillProblem",
     "TextContent",

@@ -217,7 +217,7 @@ class Invoker:
                 value = tool.handler(call.arguments, ctx)
             else:
                 value = tool.handler(call.arguments)
-            result = normalize_result(value, call)
+            result = normalize_result(value, call, typed=tool.output_schema is not None)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
         return self._finish(call, result)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._models import CallContext, Question, ToolCall, ToolResult
-from .._native import native_tool
+from .._tool import native_tool
 from ..hookspecs import hookimpl
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ def make_skill_tool(nexus: Nexus) -> Any:
     """The `skill` tool of one Nexus (each Nexus has its own skills)."""
     # imported here, not at import: the `nexus` command line imports every plugin's module first
     from .._models import ToolResult
-    from .._native import native_tool
+    from .._tool import native_tool
     from .._results import failure
     from ..skills import SkillError, UnknownSkillError, format_skill, skill_set
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from .._models import ToolResult
-from .._native import native_tool
+from .._tool import native_tool
 from ..hookspecs import hookimpl
 
 if TYPE_CHECKING:
