@@ -23,7 +23,7 @@ import attrs
 
 from ._cancel import CancelToken
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
-from .hookspecs import hookimpl
+from ._markers import hookimpl
 
 if TYPE_CHECKING:
     from ._nexus import Nexus

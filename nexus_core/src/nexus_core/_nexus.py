@@ -75,7 +75,7 @@ class Nexus:
         self.config = config if isinstance(config, NexusConfig) else load_config(config)
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
-        self._pm = new_plugin_manager()
+        self._pm, hookspec_failures = new_plugin_manager()
         self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
                                       prepare=self._apply_tool_settings)
         self._providers = ProviderRegistry()
@@ -91,6 +91,8 @@ class Nexus:
         self._sections: dict[str, dict[str, Any]] = {}
         #: plugins whose nexus_configure was called, in order: the ones nexus_shutdown is owed to
         self._started: list[str] = []
+        for failure in hookspec_failures:
+            self._report(failure)
 
         installed = self._load_installed() if autoload else {ep.name for ep in installed_entry_points()}
         host = [self._pm_register_host(plugin) for plugin in plugins]

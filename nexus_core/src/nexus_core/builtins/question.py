@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._models import CallContext, Question, ToolCall, ToolResult
 from .._tool import native_tool
-from ..hookspecs import hookimpl
+from .._markers import hookimpl
 
 if TYPE_CHECKING:
     from .._nexus import Nexus

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..hookspecs import hookimpl
+from .._markers import hookimpl
 
 if TYPE_CHECKING:
     from .._models import ToolResult

@@ -15,7 +15,7 @@ import attrs
 
 from .._models import ToolResult
 from .._tool import native_tool
-from ..hookspecs import hookimpl
+from .._markers import hookimpl
 
 if TYPE_CHECKING:
     from .._nexus import Nexus

@@ -32,17 +32,10 @@ from typing import Any
 
 import attrs
 
-from nexus_core import (
-    CallContext,
-    CodeExecChunk,
-    CodeExecRequest,
-    CodeExecResult,
-    Nexus,
-    ToolDef,
-    ToolResult,
-)
+from nexus_core import CallContext, Nexus, ToolDef, ToolResult
 
 from .. import protocol, sandbox
+from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
 from ..launchers.base import Launcher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
