@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from nexus_core._converter import structure
+from nexus_core.wire import WireError, from_json, to_json
 
-from nexus_core import WireError, from_json, to_json
 from nexus_tool_code_exec import CodeExecChunk, CodeExecRequest, CodeExecResult
 
 SAMPLES: list[Any] = [

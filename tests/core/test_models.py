@@ -3,6 +3,7 @@ and error messages that name the failing field."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import sys
@@ -15,19 +16,10 @@ import pytest
 from nexus_core._converter import structure, unstructure
 from nexus_core._markers import hook_kind
 from nexus_core._plugins import new_plugin_manager
+from nexus_core.wire import WireError, from_json, to_json
 
 import nexus_core
-from nexus_core import (
-    Rewrite,
-    SkillContent,
-    ToolCall,
-    ToolDef,
-    ToolResult,
-    Veto,
-    WireError,
-    from_json,
-    to_json,
-)
+from nexus_core import Rewrite, SkillContent, ToolCall, ToolDef, ToolResult, Veto
 
 SAMPLES: list[Any] = [
     ToolCall(name="shell", arguments={"command": "ls", "env": {"A": "1"}}, id="c1", parent_call_id="c0",
@@ -116,8 +108,10 @@ def test_from_json_reports_invalid_json_as_a_wire_error() -> None:
 
 
 def test_converter_is_the_one_public_converter() -> None:
-    assert nexus_core.converter is nexus_core._converter.converter
-    assert nexus_core.converter.forbid_extra_keys
+    import nexus_core.wire
+
+    assert nexus_core.wire.converter is nexus_core._converter.converter
+    assert nexus_core.wire.converter.forbid_extra_keys
 
 
 def _hookspecs() -> dict[str, Any]:
@@ -134,9 +128,12 @@ HOOKS = sorted(SPECS)
 
 def _names_for(module: Any) -> dict[str, Any]:
     """The public names a hookspec module's annotations may use: the core's and its package's."""
-    package = sys.modules[module.__name__.split(".")[0]]
-    public = {n: getattr(package, n) for n in getattr(package, "__all__", ())}  # loaded lazily
-    return {**{n: getattr(nexus_core, n) for n in nexus_core.__all__}, **public}
+    names: dict[str, Any] = {}
+    for source in ("nexus_core", "nexus_core.llm", "nexus_core.content", "nexus_core.plugins",
+                   module.__name__.split(".")[0]):
+        public = importlib.import_module(source)
+        names.update({n: getattr(public, n) for n in getattr(public, "__all__", ())})  # loaded lazily
+    return names
 
 
 def test_package_hookspecs_are_found() -> None:

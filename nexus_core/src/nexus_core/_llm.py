@@ -355,18 +355,3 @@ def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest
         except Exception:  # only a hook wrapper can get here: observers are contained
             log.exception("a hook wrapper of nexus_model_response raised (request %s)", request.id)
     return response
-
-
-__all__ = [
-    "Message",
-    "ModelCall",
-    "ModelError",
-    "ModelProvider",
-    "ModelRequest",
-    "ModelResponse",
-    "ProviderRegistry",
-    "SDKProvider",
-    "Usage",
-    "complete",
-    "split_model",
-]

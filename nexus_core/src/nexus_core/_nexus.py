@@ -444,8 +444,7 @@ class Nexus:
         the config gives them `allowed_callers` (a provider's own code execution calls them) or
         `code_only=True` asks for every tool. For the formats that have `allowed_callers`, the
         config's `tools.<name>.allowed_callers` is sent unless `allowed_callers=` is given."""
-        from .adapters import to_provider_schemas
-        from .adapters._declare import _OPTION_FORMATS as OPTION_FORMATS
+        from .adapters import OPTION_FORMATS, to_provider_schemas
 
         settings = self.config.tool_settings
         tools = self.model_tools(code_only=code_only)

@@ -310,7 +310,6 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
 
 __all__ = [
     "SchemaError",
-    "ValidationError",
     "apply_defaults",
     "compile_schema",
     "describe_error",

@@ -197,7 +197,7 @@ def nexus_skill_deactivate(name: str) -> None:
 def nexus_register_providers(register: Callable[..., Any], nexus: Nexus) -> None:
     """Contribute model providers by calling `register(provider)` with an object that has a
     `name` (the part of `provider:model` before the colon) and `complete(request, call)`
-    (`nexus_core.ModelProvider`). Called once per plugin after `nexus_configure`. A name
+    (`nexus_core.llm.ModelProvider`). Called once per plugin after `nexus_configure`. A name
     registered twice is an error naming both plugins; a plugin that raises here is reported
     and left out, like one whose `nexus_register_tools` raises. The return value is ignored.
     """
