@@ -25,13 +25,13 @@ LAYERS: list[set[str]] = [
         "adapters._declare", "adapters._gemini", "adapters._jsonschema", "adapters._replies", "adapters._strict",
         "content", "wire",
     },
-    {"_plugins", "plugins"},  # the plugin manager
-    {"_config", "_llm", "_registry", "_tool", "llm", "skills"},  # registry, native tools, config, model requests
+    {"_plugins"},  # the plugin manager
+    {"_config", "_llm", "_plugin", "_registry", "_tool", "llm", "skills"},  # registry, tools, config, models
     {"_invoke"},  # the one invocation path
     {"_nexus"},  # Nexus
     {  # what builds on a Nexus: toolkits, the command line, the pytest plugin, built-in plugins
-        "", "__main__", "_toolkit", "cli", "testing", "builtins", "builtins.question", "builtins.skills",
-        "builtins.todo",
+        "", "__main__", "_toolkit", "cli", "plugins", "testing", "builtins", "builtins.question",
+        "builtins.skills", "builtins.todo",
     },
 ]
 LAYER = {module: n for n, modules in enumerate(LAYERS) for module in modules}

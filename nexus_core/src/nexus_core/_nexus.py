@@ -20,6 +20,7 @@ from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
 from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
 from ._models import Answer, ErrorKind, Question, ToolCall, ToolDef, ToolResult
+from ._plugin import SettingError
 from ._plugins import (
     Phase,
     PluginFailure,
@@ -230,7 +231,7 @@ class Nexus:
                     # the user's config is wrong (a setting only the plugin could check, such as
                     # a ${VAR} that is not set): a config error like any other, not a broken plugin
                     self._stop(name)
-                    problems.extend(exc.problems)
+                    problems.extend(self._setting_problems(name, exc))
                     break
                 except Exception as exc:
                     if name in strict:
@@ -240,6 +241,14 @@ class Nexus:
                     break
         if problems:
             raise ConfigError(problems, self.config.source)
+
+    def _setting_problems(self, plugin: str, exc: ConfigError) -> list[str]:
+        """A plugin's ConfigError as the config's problems: a `SettingError` names its key as
+        `plugins.<id>.<key>`, with the file and line."""
+        if isinstance(exc, SettingError):
+            path, text = exc.problem_in(plugin)
+            return [self.config.problem(path, text)]
+        return list(exc.problems)
 
     def _register_for(self, plugin: str) -> Callable[..., ToolDef]:
         def register(tool: Any, name: str | None = None) -> ToolDef:

@@ -36,6 +36,7 @@ from ._typeschema import (
     admits_null,
     json_value,
     nullable,
+    resolve_attrs_types,
     schema_for_type,
     split_optional,
     strip_annotated,
@@ -173,22 +174,6 @@ def _arrives_as_is(hint: Any) -> bool:
     if hint in _JSON_CONTAINERS or origin in _JSON_CONTAINERS:
         return all(_arrives_as_is(a) for a in args)
     return False
-
-
-def _resolve_attrs(hint: Any, localns: Mapping[str, Any], seen: set[type]) -> None:
-    """Resolve the string annotations of the attrs classes `hint` reaches (attrs' own
-    `resolve_types`), with the names of the scope that described the tool, so that the
-    converter can build them even when they were defined inside a function."""
-    hint, _ = strip_annotated(hint)
-    if isinstance(hint, type) and attrs.has(hint):
-        if hint in seen:
-            return
-        seen.add(hint)
-        attrs.resolve_types(hint, localns={**localns, hint.__name__: hint})
-        for field in attrs.fields(hint):
-            _resolve_attrs(field.type, localns, seen)
-    for arg in typing.get_args(hint):
-        _resolve_attrs(arg, localns, seen)
 
 
 class _BadArgument(Exception):
@@ -405,7 +390,7 @@ def tool(
                     schema["default"] = value
             props[pname] = schema
             if not _arrives_as_is(hint):
-                _resolve_attrs(hint, localns, set())
+                resolve_attrs_types(hint, localns)
                 structure[pname] = _Structure(hint, pname)
         input_schema: dict[str, Any] = {"type": "object", "properties": props}
         if required:

@@ -210,6 +210,9 @@ def _attrs_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] 
         note = field.metadata.get("description")
         if isinstance(note, str):
             sub = {**sub, "description": note}
+        keywords = field.metadata.get("schema")  # what the type cannot say (`setting(minimum=1)`)
+        if isinstance(keywords, dict):
+            sub = {**sub, **keywords}
         if field.default is attrs.NOTHING:
             required.append(key)
         elif not isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
@@ -296,3 +299,21 @@ def json_value(value: Any) -> tuple[bool, Any]:
         return True, json.loads(json.dumps(unstructure(value), allow_nan=False))
     except (TypeError, ValueError):
         return False, None
+
+
+def resolve_attrs_types(hint: Any, localns: Mapping[str, Any], seen: set[type] | None = None) -> None:
+    """Resolve the string annotations of the attrs classes `hint` reaches (attrs' own
+    `resolve_types`), with the names of the scope that described the tool, so that the
+    converter can build them even when they were defined inside a function (or in code run by
+    `exec`, whose classes have no module to look names up in)."""
+    seen = set() if seen is None else seen
+    hint, _ = strip_annotated(hint)
+    if isinstance(hint, type) and attrs.has(hint):
+        if hint in seen:
+            return
+        seen.add(hint)
+        attrs.resolve_types(hint, localns={**localns, hint.__name__: hint})
+        for field in attrs.fields(hint):
+            resolve_attrs_types(field.type, localns, seen)
+    for arg in typing.get_args(hint):
+        resolve_attrs_types(arg, localns, seen)
