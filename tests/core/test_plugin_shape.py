@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 import attrs
 import pytest
+from nexus_core.plugins import Plugin, SettingError, setting, settings_schema
 
 from nexus_core import ConfigError, Nexus, hookimpl, tool
-from nexus_core.plugins import Plugin, SettingError, setting, settings_schema
 
 
 class Mode(enum.Enum):
