@@ -152,6 +152,20 @@ def test_packages_type_check() -> None:
     )
 
 
+#: mypy --strict's flags that can be set per module (`strict` itself is global only)
+STRICT_FLAGS = {"disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls", "disallow_untyped_defs",
+                "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_return_any",
+                "no_implicit_reexport", "strict_equality", "extra_checks"}
+
+
+def test_nexus_core_is_type_checked_strictly() -> None:
+    """test_packages_type_check runs mypy with these settings: nexus_core under every strict flag."""
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    core = [o for o in mypy.get("overrides", []) if "nexus_core.*" in o.get("module", [])]
+    assert core and all(core[0].get(flag) is True for flag in STRICT_FLAGS), core
+    assert mypy.get("warn_unused_ignores") and mypy.get("warn_redundant_casts")
+
+
 def test_public_names_are_importable() -> None:
     assert len(set(nexus_core.__all__)) == len(nexus_core.__all__), "a name listed twice in __all__"
     namespace: dict[str, object] = {}

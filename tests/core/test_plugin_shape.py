@@ -133,8 +133,9 @@ def test_an_installed_plugin_with_a_bad_setting_stops_the_nexus_it_is_not_droppe
         assert nx.failures == [] and nx.plugin("fake.shop").settings.size == 4
 
 
-def test_a_plugin_without_settings_takes_none() -> None:
-    class Plain(Plugin):
+@pytest.mark.parametrize("bare", [True, False], ids=["Plugin", "Plugin[None]"])
+def test_a_plugin_without_settings_takes_none(bare: bool) -> None:
+    class Plain(Plugin if bare else Plugin[None]):  # type: ignore[misc,type-arg]
         NEXUS_PLUGIN_ID = "acme.plain"
 
     with pytest.raises(ConfigError, match=r"plugins\.acme\.plain\.x: unknown key \(plugin acme\.plain takes no settings\)"):

@@ -114,7 +114,12 @@ def _literal_hook(tp: Any) -> Callable[[Any, Any], Any]:
     return structure_literal
 
 
-converter.register_structure_hook_factory(lambda tp: typing.get_origin(tp) is typing.Literal, _literal_hook)
+def _is_literal(tp: Any) -> bool:
+    origin: object = typing.get_origin(tp)
+    return origin is typing.Literal
+
+
+converter.register_structure_hook_factory(_is_literal, _literal_hook)
 
 # `int | str` and the like: JSON already made the value one of them; check it and pass it on
 configure_union_passthrough(Union[str, int, float, bool, None], converter)  # noqa: UP007 (a runtime union)

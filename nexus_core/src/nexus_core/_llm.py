@@ -299,7 +299,8 @@ class ProviderRegistry:
                 raise ValueError(f"model provider {name!r} is registered twice: by {other} and by "
                                  f"{plugin or 'the host'}")
             self._providers[name] = (provider, plugin)
-        return provider
+        registered: ModelProvider = provider
+        return registered
 
     def remove_plugin(self, plugin: str) -> None:
         with self._lock:

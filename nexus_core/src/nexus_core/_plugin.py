@@ -113,7 +113,7 @@ def _setting_error(exc: BaseException) -> SettingError | None:
 
 class Plugin(Generic[SettingsT]):
     """A base for a plugin class: `class Greet(Plugin[GreetSettings])` with an attrs settings
-    class, or `class Greet(Plugin)` for a plugin that takes no settings. It implements
+    class, or `class Greet(Plugin[None])` for a plugin that takes no settings. It implements
     `nexus_config_schema` (the schema derived from the settings class) and `nexus_configure`
     (`self.settings`, then `configure()`); the subclass sets `NEXUS_PLUGIN_ID` and implements the
     hooks it needs (`nexus_register_tools`, gates, observers). `self.nexus` is the Nexus that
@@ -130,6 +130,9 @@ class Plugin(Generic[SettingsT]):
                 (declared,) = typing.get_args(base)
                 if isinstance(declared, TypeVar):
                     continue  # a generic subclass: its own subclasses name the class
+                if declared is None or declared is type(None):  # Plugin[None]: takes no settings
+                    cls.settings_class = None
+                    continue
                 # an attrs class (or a TypeError here, at import), its hints resolved where it
                 # was written, which may be a function's scope
                 defining = sys._getframe(1)

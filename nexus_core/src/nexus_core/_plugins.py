@@ -421,7 +421,8 @@ def static_hookimpl(obj: object, hook: str) -> Callable[..., Any] | None:
         if not isinstance(raw, (staticmethod, classmethod)):
             raise TypeError(f"{obj.__qualname__}.{hook} is called before any Nexus (so without an "
                             "instance): make it a @staticmethod (above @hookimpl)")
-        return getattr(obj, hook)
+        bound: Callable[..., Any] = getattr(obj, hook)
+        return bound
     if is_factory(obj):
         return None
     function = getattr(obj, hook, None)

@@ -41,7 +41,8 @@ def as_tooldef(obj: Any) -> ToolDef:
     if isinstance(described, ToolDef):
         return described
     if callable(obj):
-        return tool(obj).__nexus_tool__
+        inferred: ToolDef = tool(obj).__nexus_tool__
+        return inferred
     raise ToolRegistrationError(
         f"cannot register {obj!r} as a tool: expected a ToolDef or a function described by @tool"
     )

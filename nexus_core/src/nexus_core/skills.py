@@ -369,7 +369,8 @@ class SkillSet:
 
 def skill_set(nexus: Nexus) -> SkillSet:
     """The `SkillSet` of `nexus`, created (from `nexus.config.skills`) on first use."""
-    return nexus._skill_set(lambda: SkillSet(nexus, nexus.config.skills))
+    skills: SkillSet = nexus._skill_set(lambda: SkillSet(nexus, nexus.config.skills))
+    return skills
 
 
 def list_skills(nexus: Nexus) -> list[SkillContent]:

@@ -83,7 +83,7 @@ def make_question_tool(nexus: Nexus) -> Any:
     return native_tool("question", DESCRIPTION, QUESTION_SCHEMA, run=run, ctx=True)
 
 
-class QuestionPlugin(Plugin):
+class QuestionPlugin(Plugin[None]):
     """The plugin object of one Nexus (the entry point names this class); it takes no settings."""
 
     NEXUS_PLUGIN_ID = NEXUS_PLUGIN_ID

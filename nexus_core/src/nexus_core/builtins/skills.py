@@ -64,7 +64,7 @@ def make_skill_tool(nexus: Nexus) -> Any:
     return native_tool("skill", _description(nexus), SKILL_SCHEMA, run=run, exposure="direct")
 
 
-class SkillsPlugin(Plugin):
+class SkillsPlugin(Plugin[None]):
     """The plugin object of one Nexus (the entry point names this class); it takes no settings:
     the folders skills come from are the core's `skills:` key."""
 

@@ -117,7 +117,7 @@ def make_todowrite(todo: TodoList) -> Any:
     return native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run)
 
 
-class TodoPlugin(Plugin):
+class TodoPlugin(Plugin[None]):
     """The plugin object each Nexus makes (the entry point names this class): one list each. It
     takes no settings."""
 
