@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 #: every module of nexus_core, by layer (a new module must be placed here)
 LAYERS: list[set[str]] = [
     {  # leaves: models, schemas, JSON, markers; nothing that knows plugins
-        "_cancel", "_content", "_converter", "_docstrings", "_markers", "_models", "_regex", "_results",
+        "_cancel", "_content", "_converter", "_docstrings", "_errors", "_markers", "_models", "_regex", "_results",
         "_schema", "_typeschema", "_yaml", "hookspecs", "adapters", "adapters._calls", "adapters._common",
         "adapters._declare", "adapters._gemini", "adapters._jsonschema", "adapters._replies", "adapters._strict",
         "content", "wire",
     },
-    {"_plugins"},  # the plugin manager
+    {"_hookcalls", "_plugins"},  # the plugin manager, and how it calls observer and gate hooks
     {"_config", "_llm", "_plugin", "_registry", "_tool", "llm", "skills"},  # registry, tools, config, models
     {"_invoke"},  # the one invocation path
     {"_nexus"},  # Nexus

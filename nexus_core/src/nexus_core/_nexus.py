@@ -265,16 +265,17 @@ class Nexus:
         return attrs.evolve(tool, exposure=exposure) if exposure and exposure != tool.exposure else tool
 
     def _announce(self, tool: ToolDef) -> None:
-        try:
-            self._pm.hook.nexus_tool_register(tool=tool)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_register raised (tool %s)", tool.name)
+        self._pm.notify("nexus_tool_register", tool=tool)
 
     def _announce_removal(self, tool: ToolDef) -> None:
-        try:
-            self._pm.hook.nexus_tool_unregister(tool=tool)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_unregister raised (tool %s)", tool.name)
+        self._pm.notify("nexus_tool_unregister", tool=tool)
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        """Tell the observers of `hook` (an observer hook, the core's or a package's) of an event:
+        each implementation runs, in pluggy's order, and one that raises is logged, naming its
+        plugin, while the others still run. A plugin that fires its own package's hooks calls
+        this (run_code does); `nx.hook.<name>(...)` is pluggy's plain call, uncontained."""
+        self._pm.notify(hook, **kwargs)
 
     def plugin_config(self, plugin: str) -> dict[str, Any]:
         """A plugin's validated config section, defaults applied ({} for an unknown plugin)."""
@@ -437,7 +438,7 @@ class Nexus:
         response to the observers. `call` carries streamed text and cancellation (default: no
         streaming). Raises `ModelError`: "vetoed" by a gate, "unknown_provider", "cancelled",
         or "failed" (the provider got no answer)."""
-        return complete(self._pm, self._invoker.gate_request, self._providers, request, call)
+        return complete(self._pm, self._providers, request, call)
 
     def providers(self) -> dict[str, str | None]:
         """The registered model providers: name -> the plugin that registered it."""

@@ -32,14 +32,16 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 import pluggy
 
 from . import hookspecs
+from ._errors import describe_exception as describe_exception  # where the core has always found it
+from ._hookcalls import GateRules, HookCalls, Verdict
 from ._markers import PROJECT, hook_kind
 
 log = logging.getLogger("nexus_core")
@@ -150,17 +152,56 @@ def _attribute_gate(impl: pluggy.HookImpl) -> Callable[..., Any]:
     return attributed
 
 
+S = TypeVar("S")
+
+
 class NexusPluginManager(pluggy.PluginManager):
-    """pluggy's manager, with the implementations of observer hooks contained and those of gate
-    hooks attributed (the kind each hookspec declares). Both still run through pluggy's own hook
-    call, so ordering, wrappers, tracing and monitoring behave as usual; hook wrappers themselves
-    are left as they are (an exception in one ends that hook call, as in pluggy)."""
+    """pluggy's manager, plus the two ways Nexus calls a hook by its kind (`_hookcalls`):
+    `notify` for an observer hook (each implementation contained), `gate` for a gate hook
+    (rounds, veto, replacement, ask, conflicts, each answer attributed). Other hooks are
+    called as pluggy calls them."""
 
     def __init__(self) -> None:
         super().__init__(PROJECT)
         #: the hooks that have at least one implementation (or all of them while tracing): the
         #: invocation path skips calling the others, which on the per-call path adds up
         self.implemented: frozenset[str] = frozenset()
+        self._calls = HookCalls(self)
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        """Call the observer hook `hook` with `kwargs`: every implementation runs, in pluggy's
+        order; one that raises is logged, naming its plugin, and the others still run. Costs a
+        dict lookup when nothing implements it. Raises ValueError for a hook that is no
+        observer (its failures must not be swallowed)."""
+        if hook not in self.implemented:
+            return
+        self._check_kind(hook, "observer")
+        self._calls.notify(hook, kwargs)
+
+    def gate(self, hook: str, rules: GateRules[S], subject: S, kwargs: Callable[[S], Mapping[str, Any]],
+             approve: Callable[[S, tuple[tuple[str, Any], ...]], tuple[Any, str | None]] | None = None) -> Verdict[S]:
+        """Run the gate hook `hook` on `subject` (see `_hookcalls`): the `Verdict` says what goes
+        on, or why not and which plugin said so. `nexus_gate_decision` observers hear of each
+        decision. Raises ValueError for a hook that is no gate."""
+        if hook not in self.implemented:
+            return Verdict(subject)
+        self._check_kind(hook, "gate")
+        return self._calls.gate(hook, rules, subject, kwargs, approve)
+
+    def _check_kind(self, hook: str, kind: str) -> None:
+        if self.kind(hook) != kind:
+            raise ValueError(f"{hook} is not an {kind} hook (its spec declares {self.kind(hook) or 'no kind'})")
+
+    def add_hookcall_monitoring(self, before: Any, after: Any) -> Callable[[], None]:
+        # monitoring (and tracing, built on it) sees every call: notify and gate go through pluggy
+        undo = super().add_hookcall_monitoring(before, after)
+        self._calls.monitored = True
+
+        def undo_monitoring() -> None:
+            undo()
+            self._calls.monitored = False
+
+        return undo_monitoring
 
     def hook_names(self) -> list[str]:
         """Every hook that has a spec here: the core's and the installed packages'."""
@@ -174,6 +215,7 @@ class NexusPluginManager(pluggy.PluginManager):
         return hook_kind(spec.function) if spec is not None else None
 
     def _refresh_implemented(self) -> None:
+        self._calls.refresh()
         if env_flag(ENV_TRACE):
             self.implemented = frozenset(self.hook_names())
             return
@@ -246,11 +288,6 @@ def installed_entry_points() -> list[EntryPoint]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         seen.setdefault(ep.name, ep)
     return sorted(seen.values(), key=lambda ep: ep.name)
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, pluggy.HookImpl]]:

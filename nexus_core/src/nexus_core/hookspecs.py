@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ToolResult,
         Veto,
     )
+    from ._hookcalls import GateDecision
     from ._nexus import Nexus
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]  # and the hookspecs below
@@ -221,6 +222,15 @@ def nexus_model_response(request: ModelRequest, response: ModelResponse) -> None
     its text, tool calls and `usage`, for logging or metering. Not called for a request that
     failed or was vetoed. The return value is ignored; an exception is logged and the response
     still reaches the loop."""
+
+
+@hookspec(kind="observer")
+def nexus_gate_decision(decision: GateDecision) -> None:
+    """Observe each decision of a gate hook, for tracing and audit: a gate that vetoed (a
+    failing gate, conflicting or endless rewrites count as vetoes), rewrote a call, replaced a
+    result or a request, or asked a person, and the person's answer. Called as the decision is
+    made, on the thread of the call; nothing is built when no plugin implements this hook. The
+    return value is ignored; an exception is logged and the decision stands."""
 
 
 # -- the command line -----------------------------------------------------------------------

@@ -361,10 +361,7 @@ class SkillSet:
 
     def _fire(self, hook: str, **kwargs: Any) -> None:
         # observers: one that raises is logged and does not undo the (de)activation
-        try:
-            getattr(self._nexus.hook, hook)(**kwargs)
-        except Exception:
-            log.exception("an observer of %s raised", hook)
+        self._nexus.notify(hook, **kwargs)
 
 
 def skill_set(nexus: Nexus) -> SkillSet:
