@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
-from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
-from nexus_tool_code_exec import engine_for, sandbox
 from nexus_tool_code_exec.host.fastpath import SPARES
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
+
+from nexus_core import Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
+from nexus_tool_code_exec import CodeExecChunk, engine_for, sandbox
 
 CE = "nexus.tool.code_exec"
 #: the wall-clock limit of the range's Nexus: generous, so that no attack's verdict depends on the

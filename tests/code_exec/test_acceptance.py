@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
-
 import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
-from nexus_core import CodeExecChunk, CodeExecResult, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import descendants, group_members, process_table, wait_until
+
+from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl
+from nexus_tool_code_exec import CodeExecChunk, CodeExecResult
 
 CE = "nexus.tool.code_exec"
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from nexus_core import CodeExecChunk, CodeExecRequest, CodeExecResult, Nexus, ToolCall, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES
+
+from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
+from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES, CodeExecChunk, CodeExecRequest, CodeExecResult
 
 CE = "nexus.tool.code_exec"
 

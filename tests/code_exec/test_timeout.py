@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nexus_core import CodeExecChunk, Nexus, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import alive, descendants, group_members, wait_until
+
+from nexus_core import Nexus, ToolDef, hookimpl
+from nexus_tool_code_exec import CodeExecChunk
 
 CE = "nexus.tool.code_exec"
 LIMIT = 1

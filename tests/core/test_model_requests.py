@@ -10,21 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
 
-from nexus_core import (
-    ConfigError,
-    Message,
-    ModelCall,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    Nexus,
-    ToolCall,
-    Usage,
-    Veto,
-    hookimpl,
-    split_model,
-)
+from nexus_core import ConfigError, Nexus, ToolCall, Veto, hookimpl
 
 
 class EchoModel:
@@ -267,7 +255,7 @@ def test_messages_hold_calls_and_results() -> None:
 
 
 SDK_PROVIDER = """
-from nexus_core import ModelResponse, SDKProvider
+from nexus_core.llm import ModelResponse, SDKProvider
 
 made_clients = []
 

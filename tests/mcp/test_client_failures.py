@@ -24,8 +24,10 @@ from mcp_helpers import (
     time_server,
     wait_for,
 )
+from nexus_core.adapters import format_tool_result
+from nexus_core.content import ImageContent, TextContent
 
-from nexus_core import ConfigError, ImageContent, Nexus, TextContent, ToolDef, format_tool_result, hookimpl
+from nexus_core import ConfigError, Nexus, ToolDef, hookimpl
 
 FIXTURE = "fixture_server.py"
 

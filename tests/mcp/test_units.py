@@ -11,13 +11,14 @@ import mcp_types as types
 import pytest
 from mcp_helpers import SERVERS
 from nexus_core.cli import UsageError
+from nexus_core.content import ResourceContent, TextContent
 from nexus_mcp._cli import parse_host_port
 from nexus_mcp._config import expand
 from nexus_mcp._convert import to_call_tool_result, to_toolresult
 from nexus_mcp._schema import inline_refs
 from nexus_mcp._tools import nexus_tool_name
 
-from nexus_core import ResourceContent, TextContent, ToolResult
+from nexus_core import ToolResult
 
 
 def test_a_schema_without_definitions_is_unchanged() -> None:

@@ -38,7 +38,7 @@ def _open(ctx: click.Context, max_turns: int | None) -> Nexus:
 
 def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
     """A session of this Nexus's agent, or UsageError saying what is missing."""
-    from nexus_core import ModelError
+    from nexus_core.llm import ModelError
 
     agent: AgentPlugin | None = nx.plugin(PLUGIN_ID)
     if agent is None:

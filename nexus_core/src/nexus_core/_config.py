@@ -199,7 +199,8 @@ class NexusConfig:
             explained.sort(key=lambda e: _nearest(self._lines, ("plugins", plugin_id, *e[0])))  # file order
             raise ConfigError([self.problem(("plugins", plugin_id, *path), text) for path, text in explained],
                               self.source)
-        return apply_defaults(schema, section)
+        checked: dict[str, Any] = apply_defaults(schema, section)
+        return checked
 
     def problem(self, path: tuple[str, ...], text: str) -> str:
         """`text` prefixed with `file:line` of `path` when the config came from a file."""

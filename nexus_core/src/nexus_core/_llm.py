@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 import attrs
 
 from ._cancel import CancelToken
+from ._errors import describe_exception
+from ._hookcalls import GateRules, quoted
+from ._markers import hookimpl
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
-from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from ._nexus import Nexus
@@ -310,7 +312,8 @@ class ProviderRegistry:
                 raise ValueError(f"model provider {name!r} is registered twice: by {other} and by "
                                  f"{plugin or 'the host'}")
             self._providers[name] = (provider, plugin)
-        return provider
+        registered: ModelProvider = provider
+        return registered
 
     def remove_plugin(self, plugin: str) -> None:
         with self._lock:
@@ -359,16 +362,31 @@ class ProviderRegistry:
         return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
 
 
-def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest],
-             providers: ProviderRegistry, request: ModelRequest, call: ModelCall | None) -> ModelResponse:
-    """The path of one model request; see `Nexus.complete`."""
-    from ._plugins import describe_exception
+def _replacement_request(request: ModelRequest, answer: Any) -> ModelRequest | None:
+    # a replacement is still the same request: it keeps the id
+    return attrs.evolve(answer, id=request.id) if isinstance(answer, ModelRequest) else None
 
+
+#: how `nexus_before_model_request`'s answers are read (its rules are every gate's, `_hookcalls`)
+REQUEST_GATES: GateRules[ModelRequest] = GateRules(
+    replace=_replacement_request, same=lambda a, b: a == b, name=lambda plugin: "the gate",
+    gates="request gates", replaced="replaced the request", replacing="replacing",
+    answers="Veto, ModelRequest or None")
+
+
+def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: ModelRequest,
+             call: ModelCall | None) -> ModelResponse:
+    """The path of one model request; see `Nexus.complete`."""
     if not isinstance(request, ModelRequest):
         raise TypeError(f"complete() takes a ModelRequest, not {type(request).__name__}")
     call = call if call is not None else ModelCall(stream=False)
     call.check()
-    request = gate(request)
+    verdict = pm.gate("nexus_before_model_request", REQUEST_GATES, request, lambda r: {"request": r})
+    if verdict.refusal is not None:
+        by = f" (gate {quoted(verdict.by)})" if verdict.by else ""
+        refused = ModelError(f"model request vetoed{by}: {verdict.refusal}", "vetoed", verdict.by)
+        raise refused from verdict.raised
+    request = verdict.subject
     provider = providers.get(request.provider)
     if provider is None:
         raise providers.unknown(request.provider)
@@ -384,24 +402,5 @@ def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest
         raise ModelError(f"provider {request.provider!r} failed: {describe_exception(exc)}") from exc
     if not isinstance(response, ModelResponse):
         raise ModelError(f"provider {request.provider!r} returned {type(response).__name__}, not a ModelResponse")
-    if "nexus_model_response" in pm.implemented:
-        try:
-            pm.hook.nexus_model_response(request=request, response=response)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_model_response raised (request %s)", request.id)
+    pm.notify("nexus_model_response", request=request, response=response)
     return response
-
-
-__all__ = [
-    "Message",
-    "ModelCall",
-    "ModelError",
-    "ModelProvider",
-    "ModelRequest",
-    "ModelResponse",
-    "ProviderRegistry",
-    "SDKProvider",
-    "Usage",
-    "complete",
-    "split_model",
-]

@@ -632,4 +632,5 @@ if __name__ == "__main__":  # `python -m nexus_core.cli`: run the importable cop
     _run()
 
 
-__all__ = ["CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus", "print_result"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus",
+           "print_result", "run"]

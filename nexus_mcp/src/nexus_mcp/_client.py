@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from nexus_core._plugins import describe_exception
+from nexus_core.plugins import describe_exception
 
 from nexus_core import Nexus, ToolDef, ToolRegistrationError, ToolResult
 

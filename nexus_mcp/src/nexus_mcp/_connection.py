@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from nexus_core._plugins import describe_exception
+from nexus_core.plugins import describe_exception
 
 from ._config import ServerConfig
 

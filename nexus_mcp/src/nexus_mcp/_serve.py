@@ -99,7 +99,7 @@ class NexusMcpServer:
     `server.streamable_http_app(...)` yourself."""
 
     def __init__(self, nexus: Nexus, name: str = "nexus") -> None:
-        from nexus_core import skills_prompt
+        from nexus_core.skills import skills_prompt
 
         from . import __version__
 
@@ -160,7 +160,7 @@ class NexusMcpServer:
                             ) -> types.ListPromptsResult:
         if self.nexus.tool("skill") is None:
             return types.ListPromptsResult(prompts=[])
-        from nexus_core import list_skills
+        from nexus_core.skills import list_skills
 
         skills = await anyio.to_thread.run_sync(list_skills, self.nexus)
         return types.ListPromptsResult(prompts=[
