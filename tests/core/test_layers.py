@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"_invoke"},  # the one invocation path
     {"_nexus"},  # Nexus
     {  # what builds on a Nexus: toolkits, the command line, the pytest plugin, built-in plugins
-        "", "__main__", "_toolkit", "cli", "plugins", "testing", "builtins", "builtins.question",
+        "", "__main__", "_completion", "_toolkit", "cli", "plugins", "testing", "builtins", "builtins.question",
         "builtins.skills", "builtins.todo",
     },
 ]
