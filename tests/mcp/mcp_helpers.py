@@ -91,22 +91,41 @@ def alive(pid: int) -> bool:
     return stat is not None and stat[0] != "Z"
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def supervisor(pid: int) -> bool:
+    """Whether `pid` is the supervisor a stdio server runs under (nexus_mcp/_reaper.py)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "nexus-mcp-reap"
+    except OSError:
+        return False
+
+
 def child_pids(marker: str, parent: int | None = None) -> list[int]:
-    """Live child processes of `parent` (this process) whose command line contains `marker`."""
+    """Live MCP server processes that `parent` (this process) started, whose command line
+    contains `marker`: its children, or the children of the supervisors it started (a stdio
+    server runs under one: see nexus_mcp._reaper)."""
     parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        stat = _stat(int(entry.name))
-        if stat is None or stat[0] == "Z" or int(stat[1]) != parent:
+        pid = int(entry.name)
+        stat = _stat(pid)
+        if stat is None or stat[0] == "Z" or supervisor(pid):
             continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(int(entry.name))
+        ppid = int(stat[1])
+        if ppid != parent:
+            parent_stat = _stat(ppid)
+            if parent_stat is None or int(parent_stat[1]) != parent or not supervisor(ppid):
+                continue
+        if marker in _cmdline(pid):
+            found.append(pid)
     return sorted(found)
 
 
