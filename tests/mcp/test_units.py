@@ -14,8 +14,8 @@ from nexus_core.cli import UsageError
 from nexus_mcp._cli import parse_host_port
 from nexus_mcp._config import expand
 from nexus_mcp._convert import to_call_tool_result, to_toolresult
+from nexus_mcp._names import nexus_tool_name, python_name
 from nexus_mcp._schema import inline_refs
-from nexus_mcp._tools import nexus_tool_name
 
 from nexus_core import ResourceContent, TextContent, ToolResult
 
@@ -107,6 +107,10 @@ def test_tool_names() -> None:
     assert nexus_tool_name("time", "get_current_time") == "time_get_current_time"
     assert nexus_tool_name("docs", "search.pages v2") == "docs_search_pages_v2"
     assert len(nexus_tool_name("s", "x" * 100)) == 64
+    assert nexus_tool_name("", "create_issue") == "create_issue"  # prefix: ""
+    # what run_code's bindings make of them
+    assert python_name("github_enterprise-create_issue") == python_name("github_enterprise_create_issue")
+    assert python_name("9lives") == "_9lives" and python_name("import") == "import_"
 
 
 def test_results_both_ways(tmp_path: Path) -> None:

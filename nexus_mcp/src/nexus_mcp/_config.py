@@ -16,8 +16,10 @@ from nexus_core import ConfigError
 
 PLUGIN_ID = "nexus.mcp.client"
 
-#: a server's name: it prefixes its tools' names and names its log file
+#: a server's name: it names its log file, and prefixes its tools' names unless `prefix` says otherwise
 SERVER_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+#: a server's `prefix`: its tools are `<prefix>_<tool>`, or keep their own names when it is ""
+PREFIX = r"^[A-Za-z0-9_-]{0,64}$"
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 
@@ -39,6 +41,9 @@ SERVER_SCHEMA: dict[str, Any] = {
         "start": {"enum": ["lazy", "eager"], "default": "lazy",
                   "description": "lazy: on its first call (its tools listed from the cache of its last "
                                  "start); eager: when the Nexus starts"},
+        "prefix": {"type": "string", "pattern": PREFIX,
+                   "description": "its tools are <prefix>_<tool> (default: the server's name; \"\": the tools' own "
+                                  "names)"},
     },
     "additionalProperties": False,
 }
@@ -75,6 +80,8 @@ class ServerConfig:
     timeout_seconds: float = 30.0
     start_timeout_seconds: float = 60.0
     start: Literal["lazy", "eager"] = "lazy"
+    #: what its tools' names start with (`<prefix>_<tool>`; "" for none): its name unless the config says
+    prefix: str = attrs.field(default=attrs.Factory(lambda self: self.name, takes_self=True))
     #: a digest of the settings as written (before expansion, so no secret goes into it): the
     #: cached tool list of a server is used only while this matches
     fingerprint: str = ""
@@ -145,6 +152,7 @@ def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
             "timeout_seconds": float(raw.get("timeout_seconds", 30)),
             "start_timeout_seconds": float(raw.get("start_timeout_seconds", 60)),
             "start": raw.get("start", "lazy"),
+            "prefix": raw.get("prefix", name),
             "fingerprint": fingerprint,
         }
         if has_command:
