@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -173,3 +174,39 @@ def run_nexus(*args: str, cwd: Path, env: dict[str, str] | None = None, input: s
     """The `nexus` command of this venv, as a user runs it."""
     return subprocess.run([str(BIN / "nexus"), *args], cwd=cwd, env=env, input=input, capture_output=True,
                           text=True, timeout=timeout, check=False)
+
+
+class HttpServe:
+    """`nexus mcp serve --http HOST:0` as a user runs it, until `stop()`: its URL, and the token
+    it printed (or the one given in its environment)."""
+
+    def __init__(self, config: Path, env: dict[str, str], *extra: str, host: str = "127.0.0.1") -> None:
+        address = f"[{host}]:0" if ":" in host else f"{host}:0"
+        self.process = subprocess.Popen([str(BIN / "nexus"), "--config", str(config), "mcp", "serve", "--http",
+                                         address, *extra], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        assert self.process.stderr is not None
+        self.stderr: list[str] = []
+        self.token = env.get("NEXUS_MCP_TOKEN", "")
+        self.url = ""
+        for line in self.process.stderr:
+            self.stderr.append(line)
+            if found := re.search(r"over MCP at (http://\S+)", line):
+                self.url = found.group(1)
+            if found := re.match(r"^Authorization: Bearer (\S+)$", line):
+                self.token = found.group(1)
+            if self.url and line.startswith("nexus: protection: bound to"):
+                break
+        else:
+            raise AssertionError(f"nexus mcp serve --http did not start:\n{''.join(self.stderr)}")
+        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def stop(self) -> tuple[str, str]:
+        """SIGTERM: a clean stop, the Nexus closed. Returns (stdout, stderr)."""
+        self.process.terminate()
+        out, err = self.process.communicate(timeout=60)
+        return out, "".join(self.stderr) + err
