@@ -66,9 +66,11 @@ def test_closing_the_nexus_ends_every_process_of_the_tree(make_nexus: Callable[.
     leaked.extend(stubborn)
     nx.close()
     wait_for(gone(leaked), what=f"the server and its children {stubborn} to be gone")
+    # the supervisor says what it killed (the server itself among them when a busy machine made it
+    # miss the SDK's grace period)
     log = (log_folder(nx) / "fx.log").read_text()
-    assert "stopped 3 processes of its tree still running" in log, log
-    assert all(str(pid) in log for pid in stubborn), log
+    [report] = [line for line in log.splitlines() if "processes of its tree still running" in line]
+    assert all(f"{pid} (python" in report for pid in stubborn), log
 
 
 def test_a_server_that_ignores_stdin_and_sigterm_leaves_nothing(make_nexus: Callable[..., Nexus],

@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(PROCESS_NAME), 0, 0, 0)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        # the host checked that it can (`unavailable`): should it not, run the server as it would
+        # the host checked that it can (`supervision_unavailable`): should it not, run the server as it would
         # have run without the supervisor, rather than not at all
         _say(f"cannot become a child subreaper ({os.strerror(ctypes.get_errno())}); running {command[0]} unsupervised")
         os.execv(executable, command)
