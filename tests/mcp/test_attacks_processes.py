@@ -147,3 +147,9 @@ def test_the_supervisor_passes_the_server_its_command_line_environment_and_folde
     assert Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid())
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert cmdline[1].endswith(b"fixture_server.py")  # the server's own argv, nothing added
+    # the environment it started with is the SDK's, nothing added (no LC_CTYPE from the
+    # supervisor's Python coercing a C locale)
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    started_with = {entry.split(b"=", 1)[0].decode() for entry in entries if entry}
+    inherited = {k for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER") if k in os.environ}
+    assert started_with == {"GIVEN", *inherited}

@@ -218,6 +218,23 @@ def _kill_tree() -> tuple[list[str], list[str]]:
     return [f"{pid} ({name})" for pid, name in killed.items()], [f"{pid} ({name})" for pid, name in refused.items()]
 
 
+def _environment() -> dict[bytes, bytes]:
+    """The environment this process was started with, which is the server's: as the kernel kept
+    it (`/proc/self/environ`), not `os.environ`, to which Python adds `LC_CTYPE` when the locale
+    is C (PEP 538's coercion), which `-I` cannot turn off."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return dict(os.environb)
+    environment = {}
+    for entry in entries:
+        name, equals, value = entry.partition(b"=")
+        if equals and name:
+            environment[name] = value
+    return environment
+
+
 def _exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
@@ -254,7 +271,7 @@ def main(argv: list[str]) -> int:
     try:
         try:
             # the signals Python ignores (SIGPIPE, SIGXFSZ) or catches go back to their defaults
-            server = os.posix_spawn(executable, command, os.environ, setsigdef=(
+            server = os.posix_spawn(executable, command, _environment(), setsigdef=(
                 signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
         except OSError as exc:
             _say(f"cannot start {command[0]}: {exc}")
