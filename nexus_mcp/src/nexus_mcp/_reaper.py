@@ -29,18 +29,22 @@ restrict; a subreaper in the host process itself would collect every orphan of e
 host uses; `tini -s` and `dumb-init` are subreapers too, but leave the tree running when the
 main child exits, and are binaries pip does not bring.
 
-This file runs as a script with `-I -S` (no site, no package): it imports only the standard
-library, and nothing from nexus_mcp.
+This file runs as a script with `-I -S` (no site, no package, nothing from the working folder):
+it imports only the standard library, nothing from nexus_mcp, and at the top only what the
+interpreter has loaded anyway and `signal` (a start of a few milliseconds; `pathlib` alone would
+cost more than the rest). What the host side needs is imported where it is used.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 import time
-from pathlib import Path
+
+TYPE_CHECKING = False  # `typing` itself is not imported: it would cost more than the rest of the start
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: how long the server has between the supervisor's SIGTERM and SIGKILL for its whole tree. The
 #: SDK sends SIGTERM, and SIGKILL 2 s later (FORCE_KILL_TIMEOUT): the tree must be gone before then
@@ -56,15 +60,24 @@ PR_GET_CHILD_SUBREAPER = 37
 
 #: the name the supervisor shows in `ps -e` and `top` (its command line shows the server's)
 PROCESS_NAME = b"nexus-mcp-reap"
-SCRIPT = Path(__file__).resolve()
+SCRIPT = os.path.realpath(__file__)
 
 
 # -- in the host ----------------------------------------------------------------------------
 
 
-@functools.cache
+_unavailable: list[str | None] = []
+
+
 def supervision_unavailable() -> str | None:
-    """Why stdio servers cannot run under the supervisor here, or None when they can."""
+    """Why stdio servers cannot run under the supervisor here, or None when they can (found out
+    once per process)."""
+    if not _unavailable:
+        _unavailable.append(_why_unavailable())
+    return _unavailable[0]
+
+
+def _why_unavailable() -> str | None:
     if not sys.platform.startswith("linux"):
         return f"child subreapers are a Linux feature (this is {sys.platform})"
     if not sys.executable or not os.access(sys.executable, os.X_OK):
@@ -87,6 +100,7 @@ def resolve_command(command: str, cwd: Path | None, path: str | None) -> str:
     `path`, or relative to `cwd` when it has a slash); FileNotFoundError when there is none, so a
     missing command fails to start with the same error as without the supervisor."""
     import shutil
+    from pathlib import Path
 
     if os.sep in command:
         candidate = Path(command) if os.path.isabs(command) else (cwd or Path.cwd()) / command
@@ -104,7 +118,7 @@ def resolve_command(command: str, cwd: Path | None, path: str | None) -> str:
 def supervised(command: str, args: list[str], cwd: Path | None, path: str | None) -> tuple[str, list[str]]:
     """The command line that starts `command args...` under the supervisor."""
     executable = resolve_command(command, cwd, path)
-    return sys.executable, ["-I", "-S", str(SCRIPT), "--parent", str(os.getpid()), "--exec", executable,
+    return sys.executable, ["-I", "-S", SCRIPT, "--parent", str(os.getpid()), "--exec", executable,
                             "--", command, *args]
 
 
