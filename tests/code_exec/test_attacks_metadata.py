@@ -360,7 +360,7 @@ def test_a_stub_past_its_cap_gives_a_loose_function(nexus_with: Any) -> None:
     nx = nexus_with(echo_tool("verbose", {"type": "object", "properties": properties, "required": ["p1"]}))
     assert_two(nx)
     stub = engine_for(nx).bindings().stub_of("verbose")
-    assert stub.startswith("# its stub would take ") and "more than the 16384 one tool's may" in stub
+    assert stub.startswith("# its stub would take ") and " bytes, more than the 16384 one tool's may" in stub
     assert len(stub) <= 16384
     result = run(nx, "import tools\n\ndef run(ctx):\n    return tools.verbose(p1='x').output\n")
     assert result.output_structured == {"result": '{"p1": "x"}'}, result.error

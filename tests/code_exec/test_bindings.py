@@ -410,3 +410,15 @@ def test_a_piece_that_fails_to_load_fails_its_tool_alone(monkeypatch: pytest.Mon
     with pytest.raises(AttributeError, match="tools.BadArgs is not available: the bindings of tool 'bad'"):
         module.BadArgs  # noqa: B018
     assert module.GoodArgs(x="y").x == "y"
+
+
+def test_an_alias_is_one_line_unless_its_python_name_is_taken(build: Any) -> None:
+    shell = ToolDef(name="shell", handler=_noop, aliases=("bash", "foo-bar"),
+                    input_schema={"type": "object", "properties": {"command": {"type": "string"}}})
+    tools, bindings = build(shell, tool("foo_bar"))
+    assert tools.bash is tools.shell and "foo_bar_2" not in bindings.functions
+    assert bindings.functions["bash"] == "shell" and bindings.aliases == {"bash": ("bash", "shell")}
+    assert "\nbash = shell" in bindings.stub_of("shell") and bindings.stub_of("bash") == "bash = shell"
+    assert bindings.renamed == {"foo-bar": "alias 'foo-bar' of tool 'shell' is not in the bindings: its Python "
+                                           "name tools.foo_bar is taken (call tools.shell)"}
+    assert bindings.api["bash"].signature == "bash(*, command: str | None = None) -> Result"

@@ -504,7 +504,8 @@ def function_name(tool_name: str) -> str:
 @attrs.define(eq=False)
 class ToolPiece:
     """One tool's part of the bindings, made without knowing the other tools: its classes, its
-    function, their source (checked and compiled: `code`) and its stub."""
+    function (and the tool's aliases, each one line: `bash = shell`), their source, checked and
+    compiled (`code`), and its stub."""
 
     tool: ToolDef
     fname: str
@@ -515,20 +516,30 @@ class ToolPiece:
     result_fields: tuple[str, ...] | None
     params: list[Field]
     class_source: str  # its classes, as the module's source
-    function_source: str  # its function, as the module's source
-    code: types.CodeType  # its source, compiled once it passed the check
-    stub: str  # the function's stub and the classes the model needs (the result's, the nested arguments')
+    function_source: str  # its function (and its aliases), as the module's source
+    function_stub: str  # its function's stub, what a note says first included
+    stub_classes: str = ""  # the classes the model needs (the result's, the nested arguments'), as stubs
+    code: types.CodeType | None = None  # its source, compiled once it passed the check (set by make_piece)
     loose: bool = False  # its schemas were past the caps: keywords go as they are
     note: str = ""  # why its function does not have its own name (`foo_bar_2`), where it does not
+    #: (alias, its Python name) for each of the tool's aliases bound to its function
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def names(self) -> list[str]:
         """Every name it defines in `tools`."""
-        return [*sorted(self.class_names), self.fname]
+        return [*sorted(self.class_names), self.fname, *(fname for _, fname in self.aliases)]
 
     @property
     def source(self) -> str:
         return (self.class_source + "\n\n\n" if self.class_source else "") + self.function_source
+
+    @property
+    def stub(self) -> str:
+        """Its function's stub, its aliases' lines, then the classes the model needs: what
+        `run_code_api` returns."""
+        lines = "".join(f"\n{alias} = {self.fname}" for _, alias in self.aliases)
+        return self.function_stub + lines + ("\n\n" + self.stub_classes if self.stub_classes else "")
 
 
 @attrs.define(eq=False)
@@ -583,12 +594,10 @@ def _loose_piece(tool: ToolDef, fname: str, why: str) -> ToolPiece:
     if listed:
         note += f"\n# its arguments: {listed}"
     stub = f"{note}\ndef {fname}(**arguments: Any) -> {result}:\n{_doc(_summary(description), '    ', MAX_STUB_DOC_CHARS)}    ..."
-    function_source = _function_source(fname, tool.name, None, result, description)
-    code = check_piece(function_source, tool.name, fname, ())
-    check_stub(stub, {fname})
     return ToolPiece(tool=tool, fname=fname, classes=[], class_names=frozenset(), args_class="dict", result=result,
                      result_fields=RESULT_FIELDS if result == "Result" else None, params=[], class_source="",
-                     function_source=function_source, code=code, stub=stub, loose=True)
+                     function_source=_function_source(fname, tool.name, None, result, description),
+                     function_stub=stub, loose=True)
 
 
 def _full_piece(tool: ToolDef, fname: str, taken: Iterable[str]) -> ToolPiece:
@@ -614,40 +623,49 @@ def _full_piece(tool: ToolDef, fname: str, taken: Iterable[str]) -> ToolPiece:
     shown = [c for c in gen.classes if c.kind != "args"]
     description = _script_description(tool)
     notes = "".join(f"\n({note})" for note in dict.fromkeys(gen.notes))
-    stub_classes = "\n\n".join(_render_stub_class(c) for c in shown)
-    stub = _function_stub(fname, args.fields, result, _summary(description) + notes)
-    if stub_classes:
-        stub += "\n\n" + stub_classes
-    if len(stub.encode("utf-8", "surrogatepass")) > MAX_STUB_BYTES:
-        raise _TooBig(f"its stub would take {len(stub)} characters, more than the {MAX_STUB_BYTES} one tool's may")
-    class_source = "\n\n\n".join(_render_source_class(c) for c in gen.classes)
-    function_source = _function_source(fname, tool.name, args_cls, result, description)
-    names = frozenset(gen.made)
-    code = check_piece(class_source + "\n\n\n" + function_source, tool.name, fname, names)
-    check_stub(stub, names | {fname})
-    return ToolPiece(tool=tool, fname=fname, classes=gen.classes, class_names=names, args_class=args_cls,
-                     result=result, result_fields=result_fields, params=args.fields, class_source=class_source,
-                     function_source=function_source, code=code, stub=stub)
+    piece = ToolPiece(tool=tool, fname=fname, classes=gen.classes, class_names=frozenset(gen.made),
+                      args_class=args_cls, result=result, result_fields=result_fields, params=args.fields,
+                      class_source="\n\n\n".join(_render_source_class(c) for c in gen.classes),
+                      function_source=_function_source(fname, tool.name, args_cls, result, description),
+                      function_stub=_function_stub(fname, args.fields, result, _summary(description) + notes),
+                      stub_classes="\n\n".join(_render_stub_class(c) for c in shown))
+    size = len(piece.stub.encode("utf-8", "surrogatepass"))
+    if size > MAX_STUB_BYTES:
+        raise _TooBig(f"its stub would take {size} bytes, more than the {MAX_STUB_BYTES} one tool's may")
+    return piece
 
 
 class _TooBig(Exception):
     """A tool's schemas are past what one piece may hold: it gets a loose piece instead."""
 
 
-def make_piece(tool: ToolDef, taken: Iterable[str] = (), fname: str | None = None, note: str = "") -> ToolPiece | LeftOut:
+def alias_names(tool: ToolDef) -> tuple[tuple[str, str], ...]:
+    """(alias, its Python name) for each of the tool's aliases (before collisions are settled)."""
+    aliases = getattr(tool, "aliases", ()) or ()
+    return tuple((alias, function_name(alias)) for alias in aliases)
+
+
+def make_piece(tool: ToolDef, taken: Iterable[str] = (), fname: str | None = None, note: str = "",
+               aliases: tuple[tuple[str, str], ...] | None = None) -> ToolPiece | LeftOut:
     """One tool's piece, with class names outside `taken` (and its function called `fname`, the
-    stub saying `note` first, where the tool cannot have its own name): the full piece, or past
-    the caps a loose one, or, when even that fails, the tool left out with the reason. Never
-    raises: one tool's metadata cannot stop the others' bindings."""
+    stub saying `note` first, where the tool cannot have its own name; `aliases` bound, by
+    default all the tool's): the full piece, or past the caps a loose one, checked and compiled;
+    or, when that fails, the tool left out with the reason. Never raises: one tool's metadata
+    cannot stop the others' bindings."""
     fname = fname or function_name(tool.name)
     try:
         try:
             piece = _full_piece(tool, fname, taken)
         except _TooBig as exc:
             piece = _loose_piece(tool, fname, str(exc))
+        piece.aliases = alias_names(tool) if aliases is None else aliases
+        piece.function_source += "".join(f"\n\n\n{alias} = {fname}" for _, alias in piece.aliases)
         if note:
             piece.note = visible(_one_line(note))
-            piece.stub = f"# {piece.note}\n{piece.stub}"
+            piece.function_stub = f"# {piece.note}\n{piece.function_stub}"
+        piece.code = check_piece(piece.source, tool.name, fname, piece.class_names,
+                                 aliases=[alias for _, alias in piece.aliases])
+        check_stub(piece.stub, set(piece.names))
         return piece
     except PieceRejected as exc:
         return LeftOut(tool, f"its bindings failed their check: {exc}")
@@ -678,9 +696,15 @@ class Bindings:
                  renamed: dict[str, str] | None = None) -> None:
         #: (python function name, piece), sorted by tool name
         self.pieces = [(piece.fname, piece) for piece in pieces]
-        #: python function name -> tool name
+        #: python function name -> tool name (an alias's function -> its tool's name)
         self.functions: dict[str, str] = {piece.fname: piece.tool.name for piece in pieces}
         self.by_tool: dict[str, tuple[str, ToolPiece]] = {piece.tool.name: (piece.fname, piece) for piece in pieces}
+        #: a tool's alias bound in the bindings -> (its Python name, the tool's name)
+        self.aliases: dict[str, tuple[str, str]] = {}
+        for piece in pieces:
+            for alias, fname in piece.aliases:
+                self.aliases[alias] = (fname, piece.tool.name)
+                self.functions[fname] = piece.tool.name
         #: tool name -> why it is not in the bindings
         self.left_out: dict[str, str] = {gone.tool.name: gone.reason for gone in left_out or ()}
         #: tool name -> the note on why its function is not called by its own Python name
@@ -696,7 +720,7 @@ class Bindings:
         return {
             "pieces": [{"tool": piece.tool.name, "function": fname, "names": piece.names, "source": piece.source}
                        for fname, piece in self.pieces],
-            "signatures": {piece.tool.name: self.api[fname].signature for fname, piece in self.pieces},
+            "signatures": {piece.tool.name: self.api[fname].signature for fname, piece in self.pieces},  # (by tool name)
         }
 
     @functools.cached_property
@@ -729,19 +753,28 @@ class Bindings:
         return out
 
     def stub_of(self, tool_name: str) -> str:
+        """The stub of a tool (or the one line of an alias: `bash = shell`)."""
+        if tool_name in self.aliases:
+            fname, tool = self.aliases[tool_name]
+            return f"{fname} = {self.by_tool[tool][0]}"
         return self.by_tool[tool_name][1].stub
 
     @functools.cached_property
+    def callable_names(self) -> frozenset[str]:
+        """Every name a call from a script may give: each bound tool's, and its aliases'."""
+        return frozenset(self.by_tool) | frozenset(self.aliases)
+
+    @functools.cached_property
     def api(self) -> dict[str, FunctionApi]:
-        """Each function of `tools`, as the static check needs it."""
+        """Each function of `tools` (an alias's as its tool's), as the static check needs it."""
         return {
-            fname: FunctionApi(
-                name=fname, tool=piece.tool.name, args_class=piece.args_class, result=piece.result,
+            name: FunctionApi(
+                name=name, tool=piece.tool.name, args_class=piece.args_class, result=piece.result,
                 result_fields=piece.result_fields, params={p.attr: p.required for p in piece.params},
-                signature=(f"{fname}(**arguments: Any) -> {piece.result}" if piece.loose
-                           else _signature(fname, piece.params, piece.result)),
+                signature=(f"{name}(**arguments: Any) -> {piece.result}" if piece.loose
+                           else _signature(name, piece.params, piece.result)),
                 loose=piece.loose)
-            for fname, piece in self.pieces
+            for fname, piece in self.pieces for name in (fname, *(alias for _, alias in piece.aliases))
         }
 
     @functools.cached_property
@@ -841,12 +874,12 @@ class BindingsCache:
                 contested.add(piece.fname)
         # the functions that cannot have their name get the next free one, said in their stub
         used = classes | contested | {p.fname for p in placed if p.tool.name not in why_not}
-        bound: list[ToolPiece] = []
+        settled: list[ToolPiece] = []
         renamed: dict[str, str] = {}
         for piece in sorted(placed, key=lambda p: p.tool.name):
             why = why_not.get(piece.tool.name)
             if why is None:
-                bound.append(piece)
+                settled.append(piece)
                 continue
             fname = py_identifier(piece.fname, used)
             note = f"tool {piece.tool.name!r} is tools.{fname} here: {why}"
@@ -855,7 +888,27 @@ class BindingsCache:
                 left_out.append(again)
                 continue
             renamed[piece.tool.name] = again.note
-            bound.append(again)
+            settled.append(again)
+        # a tool's aliases last: each is one line (`bash = shell`) unless its Python name is taken
+        used = classes | {p.fname for p in settled}
+        bound: list[ToolPiece] = []
+        for piece in settled:
+            kept = []
+            for alias, fname in alias_names(piece.tool):
+                if fname in used:
+                    renamed[alias] = (f"alias {alias!r} of tool {piece.tool.name!r} is not in the bindings: its Python "
+                                      f"name tools.{fname} is taken (call tools.{piece.fname})")
+                    continue
+                used.add(fname)
+                kept.append((alias, fname))
+            if tuple(kept) != piece.aliases:
+                again = make_piece(piece.tool, classes - piece.class_names, fname=piece.fname, note=piece.note,
+                                   aliases=tuple(kept))
+                if isinstance(again, LeftOut):
+                    left_out.append(again)
+                    continue
+                piece = again
+            bound.append(piece)
         left_out.sort(key=lambda g: g.tool.name)
         self._report(left_out, renamed)
         return Bindings(bound, left_out, renamed)

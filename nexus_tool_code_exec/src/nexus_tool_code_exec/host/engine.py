@@ -344,9 +344,11 @@ class CodeExec:
     def groups(self, bound: list[ToolDef] | None = None) -> dict[str, list[str]]:
         """{group: [tool name, ...]}, the largest groups first."""
         out: dict[str, list[str]] = {}
+        aliases = self.bindings().aliases
         for tool in bound if bound is not None else self.bound_tools():
-            out.setdefault(self.group_of(tool), []).append(tool.name)
-        return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+            out.setdefault(self.group_of(tool), []).extend(
+                [tool.name, *(a for a in getattr(tool, "aliases", ()) if a in aliases)])
+        return {group: sorted(names) for group, names in sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0]))}
 
     def groups_text(self, bound: list[ToolDef]) -> str:
         """One line per group, with how many tools it has (and their names, while they fit)."""
@@ -375,7 +377,7 @@ class CodeExec:
         notes: list[str] = []
         by_function = {fname: piece.tool.name for fname, piece in bindings.pieces}
         for name in wanted:
-            if name in bindings.by_tool:
+            if name in bindings.by_tool or name in bindings.aliases:
                 chosen.append(name)
             elif name in by_function:
                 chosen.append(by_function[name])
@@ -519,7 +521,7 @@ class CodeExec:
         except Exception as exc:
             self._announce(run)  # announced all the same
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
-        served = ScriptRun(self.nexus, run.call_id, self.settings, frozenset(bindings.functions.values()),
+        served = ScriptRun(self.nexus, run.call_id, self.settings, bindings.callable_names,
                            emit_chunk=self._emit_chunk if run.record else (lambda chunk: None))
         self._serving[run.call_id] = served
         forget = cancel.on_cancel(lambda: served.stop(cancel.reason)) if cancel is not None else None

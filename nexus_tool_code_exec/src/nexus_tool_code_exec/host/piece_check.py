@@ -169,20 +169,35 @@ def _check_function(node: ast.FunctionDef, tool: str, names: frozenset[str]) -> 
         raise PieceRejected(f"{_where(node)}: function {node.name} does more than call tool {tool!r}")
 
 
-def check_piece(source: str, tool: str, function: str, classes: Iterable[str]) -> types.CodeType:
+def check_piece(source: str, tool: str, function: str, classes: Iterable[str],
+                aliases: Iterable[str] = ()) -> types.CodeType:
     """The piece's code, compiled, once its source is known to be exactly a generated piece for
-    `tool`: the classes (and aliases) `classes`, and the function `function`. Raises PieceRejected."""
+    `tool`: the classes (and type aliases) `classes`, the function `function`, then one line
+    `alias = function` for each of the tool's `aliases`. Raises PieceRejected."""
     names = frozenset(classes)
+    others = tuple(aliases)
     runtime = TYPE_NAMES | {"Literal", "attrs", "_Record", "_call"}
     # the function may be called `list`: it is defined last, and nothing after it reads the name
-    if function in names or names & runtime or function in runtime - {"str", "int", "float", "bool", "list", "dict"}:
-        raise PieceRejected(f"its names collide with the runtime's ({', '.join(sorted(names | {function}))})")
+    # as a type (its aliases' lines only name the function)
+    builtin = {"str", "int", "float", "bool", "list", "dict"}
+    if (function in names or names & runtime or {function, *others} & (runtime - builtin)
+            or len({function, *others}) != 1 + len(others) or names & set(others)):
+        raise PieceRejected(f"its names collide with the runtime's or each other "
+                            f"({', '.join(sorted(names | {function, *others}))})")
     try:
         tree = ast.parse(source, "tools.py")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise PieceRejected(f"its source does not parse ({type(exc).__name__}: {exc})") from None
+    body = list(tree.body)
+    if len(body) <= len(others):
+        raise PieceRejected(f"it defines {len(body)} names, not a function and {len(others)} aliases")
+    tail = body[len(body) - len(others):] if others else []
+    for node, alias in zip(tail, others, strict=True):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == alias and isinstance(node.value, ast.Name) and node.value.id == function):
+            raise PieceRejected(f"{_where(node)}: not the line `{alias} = {function}` its alias should be")
     defined: list[str] = []
-    for node in tree.body:
+    for node in body[:len(body) - len(others)]:
         if isinstance(node, ast.ClassDef):
             _check_class(node, names)
             defined.append(node.name)
