@@ -464,3 +464,14 @@ def test_the_zygote_compiles_the_bindings_and_only_a_sandboxed_child_runs_them(n
     assert result.error is not None and "ToolFailed: boom: the bindings of tool 'boom' could not be loaded in the " \
                                         "sandbox (PermissionError" in result.error, result.error
     assert not target.exists()
+
+
+def test_a_spawned_child_gets_the_pieces_in_its_start_and_runs_those_it_uses(nexus_with: Any) -> None:
+    """Without a zygote (launcher: spawn) the START carries every piece's source; the child
+    compiles and runs only the pieces its script uses, a hostile one among them doing nothing
+    to the rest."""
+    nx = nexus_with(echo_tool("nul", description="a\x00b"), echo_tool("plain", {"type": "object", "properties": {
+        "x": {"type": "string"}}}), launcher="spawn")
+    assert_two(nx)
+    result = run(nx, "import tools\n\ndef run(ctx):\n    return [tools.plain(x='1').output, tools.nul().output]\n")
+    assert result.output_structured == {"result": ['{"x": "1"}', "{}"]}, result.error

@@ -742,15 +742,7 @@ class Bindings:
 
     def left_out_note(self) -> str:
         """The description's lines about the tools left out and renamed, if any."""
-        out = ""
-        for names, what in ((sorted(self.left_out), "left out of the bindings (their metadata could not be made "
-                                                     "into them; nexus doctor says why)"),
-                            (sorted(self.renamed), "bound under another name (their Python name is another's; "
-                                                   "each stub says which)")):
-            if names:
-                shown = ", ".join(names[:8]) + (f", and {len(names) - 8} more" if len(names) > 8 else "")
-                out += f"# {_plural(len(names), 'tool')} {what}: {visible(shown)}\n"
-        return out
+        return left_out_note(self.left_out, self.renamed)
 
     def stub_of(self, tool_name: str) -> str:
         """The stub of a tool (or the one line of an alias: `bash = shell`)."""
@@ -794,6 +786,20 @@ class Bindings:
     def names(self) -> frozenset[str]:
         """Every name `tools` has (the runtime's among them: the check helps, the sandbox guards)."""
         return frozenset(self.functions) | frozenset(self.classes) | RUNTIME_NAMES
+
+
+def left_out_note(left_out: Iterable[str], renamed: Iterable[str] = ()) -> str:
+    """The description's lines about the tools left out of the bindings and those bound under
+    another name, if any."""
+    out = ""
+    for names, what in ((sorted(left_out), "left out of the bindings (their metadata could not be made "
+                                           "into them; nexus doctor says why)"),
+                        (sorted(renamed), "bound under another name (their Python name is another's; "
+                                          "each stub says which)")):
+        if names:
+            shown = ", ".join(names[:8]) + (f", and {len(names) - 8} more" if len(names) > 8 else "")
+            out += f"# {_plural(len(names), 'tool')} {what}: {visible(shown)}\n"
+    return out
 
 
 class BindingsCache:

@@ -27,6 +27,7 @@ import statistics
 import threading
 import time
 import types
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ from .bindings import (
     MAX_UNION,
     Bindings,
     BindingsCache,
+    ToolPiece,
+    left_out_note,
     visible,
 )
 from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
@@ -327,8 +330,12 @@ class CodeExec:
             example=example,
         )
         if self.lists_groups(len(bound)):
-            bindings = self.bindings()
-            return intro + "\n" + self.groups_text([t for t in bound if t.name in bindings.by_tool])
+            # from the pieces alone, not the whole bindings: past max_listed_tools every
+            # registration would otherwise put all the pieces together again
+            pieces = [(tool, self._pieces.piece(tool)) for tool in bound]
+            made = [tool for tool, piece in pieces if isinstance(piece, ToolPiece)]
+            note = left_out_note(tool.name for tool, piece in pieces if not isinstance(piece, ToolPiece))
+            return intro + "\n" + self.groups_text(made, note)
         return intro + "\n" + self.bindings().stubs
 
     # -- groups and the companion tool ------------------------------------------------------
@@ -341,18 +348,19 @@ class CodeExec:
             return f"MCP server {server}"
         return tool.plugin or "the host's own tools"
 
-    def groups(self, bound: list[ToolDef] | None = None) -> dict[str, list[str]]:
-        """{group: [tool name, ...]}, the largest groups first."""
+    def groups(self, bound: list[ToolDef] | None = None, aliases: Container[str] | None = None) -> dict[str, list[str]]:
+        """{group: [tool name or alias, ...]}, the largest groups first; a tool's aliases with it
+        (those in `aliases`, where given: the ones the bindings have)."""
         out: dict[str, list[str]] = {}
-        aliases = self.bindings().aliases
         for tool in bound if bound is not None else self.bound_tools():
-            out.setdefault(self.group_of(tool), []).extend(
-                [tool.name, *(a for a in getattr(tool, "aliases", ()) if a in aliases)])
+            names = out.setdefault(self.group_of(tool), [])
+            names.append(tool.name)
+            names += [a for a in getattr(tool, "aliases", ()) if aliases is None or a in aliases]
         return {group: sorted(names) for group, names in sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0]))}
 
-    def groups_text(self, bound: list[ToolDef]) -> str:
+    def groups_text(self, bound: list[ToolDef], note: str = "") -> str:
         """One line per group, with how many tools it has (and their names, while they fit)."""
-        lines = [GROUPS_NOTE.format(count=len(bound), api=API_TOOL), self.bindings().left_out_note()]
+        lines = [GROUPS_NOTE.format(count=len(bound), api=API_TOOL), note]
         groups = self.groups(bound)
         used = 0
         for i, (group, names) in enumerate(groups.items()):
@@ -372,7 +380,7 @@ class CodeExec:
         wanted = arguments.get("names") or []
         bindings = self.bindings()
         bound = [bindings.by_tool[name][1].tool for name in bindings.by_tool]
-        groups = self.groups(bound)
+        groups = self.groups(bound, bindings.aliases)
         chosen: list[str] = []
         notes: list[str] = []
         by_function = {fname: piece.tool.name for fname, piece in bindings.pieces}
