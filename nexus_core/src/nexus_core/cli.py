@@ -543,6 +543,21 @@ def _asks_only_for_the_version(args: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line. What any command prints to a terminal (tool output, a model's
+    text, a plugin's command) is escaped on the way (`nexus_core.terminal.protect`), so no text
+    a tool, a model or a server wrote can drive the terminal; a pipe or a file gets it as it is."""
+    from .terminal import protect
+
+    streams = sys.stdout, sys.stderr
+    protected = sys.stdout, sys.stderr = protect(sys.stdout), protect(sys.stderr)
+    try:
+        return _main(argv)
+    finally:  # put the streams back, unless someone else has since (click, after a broken pipe)
+        if (sys.stdout, sys.stderr) == protected:
+            sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ._config import ConfigError
 
     _log_errors_to_stderr()
