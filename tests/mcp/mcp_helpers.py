@@ -151,6 +151,7 @@ class FakePlugins:
 
 def run_nexus(*args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None,
               timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The `nexus` command of this venv, as a user runs it."""
-    return subprocess.run([str(BIN / "nexus"), *args], cwd=cwd, env=env, input=input, capture_output=True,
+    """The `nexus` command of this venv, as a user runs it, who trusts the config the test
+    wrote (`--trust-config`)."""
+    return subprocess.run([str(BIN / "nexus"), "--trust-config", *args], cwd=cwd, env=env, input=input, capture_output=True,
                           text=True, timeout=timeout, check=False)

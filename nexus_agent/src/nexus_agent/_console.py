@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from nexus_core import Answer, Question, ToolCall, ToolResult
-from nexus_core.terminal import escape, render_call, render_question
+from nexus_core.terminal import discard_typed_ahead, escape, render_call, render_question
 
 from ._events import AgentEvent, AgentResult, ModelResponded, TextDelta, ToolCallFinished
 
@@ -152,14 +152,7 @@ class LineReader:
         """Drop the keys typed but not yet read: a `y` typed while the model was still answering
         must not answer the question shown after it. Only a terminal has such keys; piped input
         is an answer script, read as it comes."""
-        if not self.tty:
-            return
-        try:
-            import termios
-
-            termios.tcflush(self.stdin.fileno(), termios.TCIFLUSH)
-        except (ImportError, OSError, ValueError):  # no termios (Windows), or no terminal after all
-            pass
+        discard_typed_ahead(self.stdin)
 
     def __call__(self, prompt: str) -> str:
         """A line without its newline; EOFError at the end of input."""

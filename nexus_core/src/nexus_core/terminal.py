@@ -18,6 +18,8 @@ than it runs. Every front end puts what it prints through this module:
   cut with a count of what is cut.
 - `protect(stream)` wraps a text stream that is a terminal so that everything written to it
   is escaped (the `nexus` command line does this to stdout and stderr when they are terminals).
+- `discard_typed_ahead(stream)` drops keys typed on a terminal before a question is shown, so
+  only keys typed after it answer it.
 
 The durable `nexus approvals` listing and MCP elicitation texts use the same functions, so every
 front end shows one call the same way.
@@ -34,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from ._models import Question, ToolCall, ToolDef
 
-__all__ = ["Rendered", "escape", "protect", "render_call", "render_question"]
+__all__ = ["Rendered", "discard_typed_ahead", "escape", "protect", "render_call", "render_question"]
 
 # Every character `escape` rewrites, by code point (kept in step with the running Python's
 # Unicode data by tests/core/test_terminal.py): C0 but newline and tab (handled by mode), DEL
@@ -357,6 +359,22 @@ def render_call(call: ToolCall, width: int = 100) -> str:
 
 
 # -- streams ----------------------------------------------------------------------------------
+
+
+def discard_typed_ahead(stream: IO[str]) -> None:
+    """Drop the keys typed on a terminal and not read yet, so that the answer to a question is
+    typed after the question was shown (a `y` typed while the model was still writing must not
+    answer it). Does nothing for a stream that is not a terminal: piped input is an answer
+    script, read as it comes."""
+    try:
+        if not stream.isatty():
+            return
+        import termios
+
+        termios.tcflush(stream.fileno(), termios.TCIFLUSH)
+    except (AttributeError, ImportError, OSError, ValueError):  # no termios (Windows), or no terminal
+        pass
+
 
 
 class _Protected:
