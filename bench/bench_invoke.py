@@ -7,7 +7,9 @@ in the same run.
 Calls are timed in batches (time.perf_counter_ns around `batch-size` calls) after a warm-up, so the
 timer's own cost does not swamp a direct call. p50 is the median per-call time over the batches;
 throughput is all calls divided by all time. Two extra rows take the gate and the schema away, to
-show where the cost is. Not a test: it asserts nothing.
+show where the cost is. Then an `@tool` function against the same function written as a
+`native_tool` (the same input schema, the same work), in host CPU per call (process time over the
+same batches): issue 26 wants the `@tool` one at most 1.5x. Not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import platform
 import statistics
 import sys
 import time
+import enum
 from collections.abc import Callable
+from typing import Any
 
-from nexus_core import Nexus, hookimpl, native_tool
+import attrs
+
+from nexus_core import Nexus, hookimpl, native_tool, tool
 
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
 ARGUMENTS = {"x": 1}
@@ -36,21 +42,81 @@ class NoopGate:
         return None
 
 
-def measure(fn: Callable[[], object], batches: int, batch_size: int) -> tuple[float, float]:
-    """(p50 ns per call, calls per second)."""
+def measure(fn: Callable[[], object], batches: int, batch_size: int,
+            clock: Callable[[], int] = time.perf_counter_ns) -> tuple[float, float]:
+    """(p50 ns per call, calls per second), by `clock` (wall time, or this process's CPU time)."""
     for _ in range(batch_size * 20):  # warm-up: caches, the validator's lazy paths
         fn()
     per_call: list[float] = []
     total_ns = 0
     calls = range(batch_size)
     for _ in range(batches):
-        start = time.perf_counter_ns()
+        start = clock()
         for _ in calls:
             fn()
-        elapsed = time.perf_counter_ns() - start
+        elapsed = clock() - start
         total_ns += elapsed
         per_call.append(elapsed / batch_size)
-    return statistics.median(per_call), batches * batch_size / (total_ns / 1e9)
+    return statistics.median(per_call), batches * batch_size / (max(total_ns, 1) / 1e9)
+
+
+# -- @tool against native_tool: the same functions, described and written by hand ---------------
+
+class Unit(enum.Enum):
+    METRE = "m"
+    FOOT = "ft"
+
+
+@attrs.frozen
+class Length:
+    value: float
+    unit: Unit = Unit.METRE
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers (arguments that arrive as they are, a typed int back)."""
+    return a + b
+
+
+@tool
+def describe(length: Length, scale: float = 1.0, note: str = "") -> str:
+    """A length as text (an attrs argument with an enum inside, a float: all converted)."""
+    return f"{length.value * scale:g} {length.unit.value}{note}"
+
+
+def add_by_hand(arguments: dict[str, Any]) -> int:
+    return int(arguments["a"] + arguments["b"])
+
+
+def describe_by_hand(arguments: dict[str, Any]) -> str:
+    length = arguments["length"]
+    value, unit = float(length["value"]), Unit(length.get("unit", "m"))
+    return f"{value * float(arguments.get('scale', 1.0)):g} {unit.value}{arguments.get('note', '')}"
+
+
+def tool_rows(batches: int, batch_size: int) -> None:
+    """Host CPU per call of each `@tool` function and its `native_tool` twin, in one Nexus."""
+    pairs = [
+        ("add(a: int, b: int) -> int", add, add_by_hand, {"a": 1, "b": 2}),
+        ("describe(length: Length, ...) -> str", describe, describe_by_hand,
+         {"length": {"value": 3, "unit": "ft"}, "scale": 2}),
+    ]
+    nx = Nexus(autoload=False)
+    for _, described, by_hand, arguments in pairs:
+        tooldef = described.__nexus_tool__
+        nx.add_tool(tooldef)
+        nx.add_tool(native_tool(f"{tooldef.name}_native", "", tooldef.input_schema, by_hand,
+                                output_schema=tooldef.output_schema))
+        assert nx.invoke(tooldef.name, arguments).output == nx.invoke(f"{tooldef.name}_native", arguments).output
+    print(f"\n@tool against native_tool (the same schema and work), host CPU per call:")
+    print(f"{'':40}{'native_tool':>14}{'@tool':>12}{'ratio':>8}")
+    for label, described, _, arguments in pairs:
+        name = described.__nexus_tool__.name
+        native, _ = measure(lambda: nx.invoke(f"{name}_native", arguments), batches, batch_size, time.process_time_ns)
+        typed, _ = measure(lambda: nx.invoke(name, arguments), batches, batch_size, time.process_time_ns)
+        print(f"{label:40}{native / 1000:>11.2f} us{typed / 1000:>9.2f} us{typed / native:>7.2f}x")
+    nx.close()
 
 
 def main() -> None:
@@ -85,6 +151,7 @@ def main() -> None:
     print(f"\noverhead of Nexus.invoke (1 gate, schema) over a direct call: {overhead:.1f} us per call")
     for nx in (full, no_gate, no_schema):
         nx.close()
+    tool_rows(opts.batches, opts.batch_size)
 
 
 if __name__ == "__main__":

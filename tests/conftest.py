@@ -35,12 +35,19 @@ PACKAGES = {
 
 @pytest.fixture(scope="session", autouse=True)
 def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point XDG_STATE_HOME at a temporary folder for the whole run: a Nexus whose config names
-    no session_dir keeps its sessions below it (docs/configuration.md), and a test run must not
-    leave folders in the home directory of whoever runs it."""
+    """Point XDG_STATE_HOME and XDG_CACHE_HOME at temporary folders for the whole run: a Nexus
+    whose config names no session_dir keeps its sessions below the first (docs/configuration.md),
+    shell completion its cache of tool names below the second (docs/cli.md), and a test run must
+    not leave folders in the home directory of whoever runs it."""
     with pytest.MonkeyPatch.context() as patch:
         state = tmp_path_factory.mktemp("xdg_state")
         patch.setenv("XDG_STATE_HOME", str(state))
+        # pip keeps its cache below XDG_CACHE_HOME too: the fresh venvs' installs keep using the
+        # person's, or every run would download every dependency again
+        if "PIP_CACHE_DIR" not in os.environ:
+            cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            patch.setenv("PIP_CACHE_DIR", os.path.join(cache, "pip"))
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
         yield state
 
 

@@ -1,6 +1,7 @@
 """Meta-tests: the project's promises about itself (datasette's pattern).
 
-Every hook is documented in docs/hooks.md with its real signature, and exercised by some test;
+Every hook (the core's, and those packages bring through `nexus.hookspecs`) is documented in
+docs/hooks.md with its real signature, declares its kind, and is exercised by some test;
 every package ships py.typed and declares the plugin ids the design names; every public name
 is importable; every docs page is reachable from docs/index.md; the packages type-check with mypy.
 """
@@ -15,17 +16,26 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pluggy
 import pytest
 
 import nexus_core
-from nexus_core import hookspecs
-from nexus_core._plugins import ENTRY_POINT_GROUP
+from nexus_core._plugins import ENTRY_POINT_GROUP, HOOKSPECS_GROUP, new_plugin_manager
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 HOOK_HEADING = re.compile(r"^## (nexus_\w+)\((.*)\)\s*$", re.MULTILINE)
 
-HOOKS = sorted(name for name, obj in vars(hookspecs).items() if hasattr(obj, f"{hookspecs.PROJECT}_spec"))
+def _hookspecs() -> dict[str, pluggy.HookCaller]:
+    """Every hook a Nexus knows, by name: the core's and the installed packages' own."""
+    pm, failures = new_plugin_manager()
+    assert not failures, failures
+    return {caller.name: caller for caller in vars(pm.hook).values()
+            if isinstance(caller, pluggy.HookCaller) and caller.spec is not None}
+
+
+SPECS = _hookspecs()
+HOOKS = sorted(SPECS)
 
 #: folder -> (import package, the plugin ids its nexus.plugins entry points must declare)
 PACKAGES = {
@@ -52,6 +62,7 @@ def documented_hooks() -> dict[str, list[str]]:
 
 def test_hookspecs_are_found() -> None:
     assert "nexus_before_tool_invoke" in HOOKS and len(HOOKS) >= 10
+    assert "nexus_code_exec_stdout" in HOOKS  # a package's own (nexus_tool_code_exec's)
 
 
 def test_plugin_hooks_are_documented() -> None:
@@ -59,12 +70,13 @@ def test_plugin_hooks_are_documented() -> None:
     undocumented = [h for h in HOOKS if h not in documented]
     assert not undocumented, f"hooks without a '## name(' heading in docs/hooks.md: {', '.join(undocumented)}"
     unknown = [h for h in documented if h not in HOOKS]
-    assert not unknown, f"docs/hooks.md documents hooks that hookspecs.py lacks: {', '.join(unknown)}"
+    assert not unknown, f"docs/hooks.md documents hooks that no hookspec module has: {', '.join(unknown)}"
 
 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_documented_hook_signature_matches_hookspec(hook: str) -> None:
-    spec_args = list(inspect.signature(getattr(hookspecs, hook)).parameters)
+    assert SPECS[hook].spec is not None
+    spec_args = list(inspect.signature(SPECS[hook].spec.function).parameters)
     assert documented_hooks().get(hook) == spec_args
 
 
@@ -91,6 +103,10 @@ def test_package_has_py_typed_and_declares_its_plugins(folder: str) -> None:
         path = root / "src" / Path(*module.split("."))
         assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), \
             f"{plugin_id}: no module {module}"
+    for name, target in project.get("entry-points", {}).get(HOOKSPECS_GROUP, {}).items():
+        module = target.split(":")[0]
+        assert module.split(".")[0] == package, f"hookspecs {name} point outside {package}: {target}"
+        assert (root / "src" / Path(*module.split("."))).with_suffix(".py").is_file(), f"{name}: no module {module}"
     if package != "nexus_core":
         deps = [re.split(r"[<>=!~ \[;]", d)[0].lower() for d in project.get("dependencies", [])]
         assert "nexus-rt-core" in deps, f"{folder} must depend on nexus-rt-core"
@@ -129,11 +145,25 @@ def test_packages_type_check() -> None:
     folders = [f"{folder}/src/{package}" for folder, (package, _) in PACKAGES.items()
                if not folder.startswith("examples/")]
     proc = subprocess.run([sys.executable, "-m", "mypy", *folders], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=900)  # generous: mypy on a busy machine took over 300 s
     assert proc.returncode == 0, (
         f"mypy {' '.join(folders)} exited {proc.returncode} "
         f"(if it says library stubs are not installed, run scripts/setup):\n{proc.stdout}{proc.stderr}"
     )
+
+
+#: mypy --strict's flags that can be set per module (`strict` itself is global only)
+STRICT_FLAGS = {"disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls", "disallow_untyped_defs",
+                "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_return_any",
+                "no_implicit_reexport", "strict_equality", "extra_checks"}
+
+
+def test_nexus_core_is_type_checked_strictly() -> None:
+    """test_packages_type_check runs mypy with these settings: nexus_core under every strict flag."""
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    core = [o for o in mypy.get("overrides", []) if "nexus_core.*" in o.get("module", [])]
+    assert core and all(core[0].get(flag) is True for flag in STRICT_FLAGS), core
+    assert mypy.get("warn_unused_ignores") and mypy.get("warn_redundant_casts")
 
 
 def test_public_names_are_importable() -> None:

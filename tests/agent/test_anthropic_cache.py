@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 from fakes.providers import Call, FakeProviders, anthropic_message
+from nexus_core.llm import Message, ModelCall, ModelRequest
 
-from nexus_core import Message, ModelCall, ModelRequest, Nexus, native_tool
+from nexus_core import Nexus, native_tool
 
 from .conftest import Workspace
 

@@ -113,7 +113,12 @@ def test_ask_exit_status_when_the_turn_limit_is_hit(fake: FakeProviders, workspa
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--model", "nope:m1"], "no model provider 'nope' is installed and active; providers here: anthropic, gemini, openai"),
+    (["--model", "nope:m1"],
+     "nexus: --model nope:m1: no model provider 'nope': the providers here are 'anthropic', 'gemini', 'openai'\n"),
+    (["--model", "opnai:gpt-4.1"],
+     "nexus: --model opnai:gpt-4.1: no model provider 'opnai' (did you mean 'openai'?): the providers here are "),
+    # the plugin's id where the provider's name goes
+    (["--model", "nexus.provider.openai:gpt-4.1"], "no model provider 'nexus.provider.openai' (did you mean 'openai'?)"),
     (["--model", "gpt-4.1"], "--model: model 'gpt-4.1' is not provider:model"),
 ])
 def test_ask_refuses_a_model_it_cannot_use(args: list[str], message: str, workspace: Workspace,
@@ -122,6 +127,18 @@ def test_ask_refuses_a_model_it_cannot_use(args: list[str], message: str, worksp
     proc = run_nexus("ask", *args, "hi")
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_a_model_whose_provider_plugin_is_not_active_says_so(workspace: Workspace, run_nexus: RunNexus) -> None:
+    """The config's model names a provider whose plugin is installed but left out of
+    plugins.active: the error says that, not "install it"."""
+    workspace.config(model="anthropic:claude-sonnet-4-5",
+                     active=["nexus.agent", "nexus.provider.openai", "nexus.tool.file"])
+    proc = run_nexus("ask", "hi")
+    assert proc.returncode == 2
+    assert proc.stderr == ("nexus: model anthropic:claude-sonnet-4-5: no model provider 'anthropic': the providers "
+                           "here are 'openai'; the plugin nexus.provider.anthropic is installed but inactive "
+                           "(`nexus plugins` says why)\n")
 
 
 def test_ask_without_a_model_says_how_to_give_one(workspace: Workspace, run_nexus: RunNexus) -> None:

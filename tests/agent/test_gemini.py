@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from fakes.providers import Call, FakeProviders, Raw, gemini_response
+from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta, read_transcript
-from nexus_core import Message, ModelCall, ModelError, ModelRequest, Nexus, native_tool
+from nexus_core import Nexus, native_tool
 
 from .conftest import READ_SCRIPT, NoDeletes, RunNexus, Workspace, subprocess_env
 

@@ -12,20 +12,10 @@ from typing import Any
 
 import pytest
 from fakes.providers import Call, FakeProviders, Raw, anthropic_message, chat_completion
+from nexus_core.llm import ModelRequest, ModelResponse
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta, ToolCallFinished, read_transcript
-from nexus_core import (
-    Ask,
-    ModelRequest,
-    ModelResponse,
-    Nexus,
-    Question,
-    ToolCall,
-    ToolDef,
-    Veto,
-    hookimpl,
-    native_tool,
-)
+from nexus_core import Ask, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl, native_tool
 
 from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace
 

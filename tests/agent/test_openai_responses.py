@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from fakes.providers import Call, FakeProviders, Raw, responses_response
+from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest
 
 from nexus_agent import AgentEvent, AgentResult, TextDelta
-from nexus_core import ConfigError, Message, ModelCall, ModelError, ModelRequest, Nexus
+from nexus_core import ConfigError, Nexus
 
 from .conftest import API_KEY, READ_SCRIPT, NoDeletes, Workspace
 

@@ -36,14 +36,19 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
-from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
-from nexus_tool_code_exec import engine_for, sandbox
 from nexus_tool_code_exec.host.fastpath import SPARES
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 
+from nexus_core import Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
+from nexus_tool_code_exec import CodeExecChunk, engine_for, sandbox
+
 CE = "nexus.tool.code_exec"
-#: the wall-clock limit of the range's Nexus
+#: the wall-clock limit of the range's Nexus: generous, so that no attack's verdict depends on the
+#: machine being idle (a script that ends by itself, a thousand tool calls or a C stack blown,
+#: ends well within it however busy the CPUs are; with 2 s, both failed on a loaded 2-core machine)
+PATIENCE = 60
+#: the limit of a run whose verdict is the timeout itself, `rng.run(script, timeout=LIMIT)`: short,
+#: so those tests do not wait long for it
 LIMIT = 2
 #: the kernel's refusals, as Python shows them
 EACCES = "PermissionError: [Errno 13] Permission denied"  # Landlock (and DAC)
@@ -194,13 +199,22 @@ class Range:
 
     # -- running scripts ---------------------------------------------------------------------
 
-    def run(self, script: str) -> ToolResult:
-        return self.nx.invoke("run_code", {"script": script})
+    def run(self, script: str, timeout: float | None = None) -> ToolResult:
+        """run_code with `script`; `timeout` replaces the range's (PATIENCE) for this run only."""
+        if timeout is None:
+            return self.nx.invoke("run_code", {"script": script})
+        engine = engine_for(self.nx)
+        patient = engine.settings
+        engine.settings = attrs.evolve(patient, timeout_seconds=float(timeout))
+        try:
+            return self.nx.invoke("run_code", {"script": script})
+        finally:
+            engine.settings = patient
 
-    def attack(self, technique: str) -> Attack:
+    def attack(self, technique: str, timeout: float | None = None) -> Attack:
         """Run header + PAYLOAD + `technique` (the script's own code, with `def run(ctx)`)."""
         script = header(self) + PAYLOAD + textwrap.dedent(technique)
-        result = self.run(script)
+        result = self.run(script, timeout=timeout)
         return Attack(script=script, result=result, found=report_of(result))
 
     # -- the host's state --------------------------------------------------------------------
@@ -218,7 +232,7 @@ class Range:
         return got
 
     def snapshot(self) -> dict[str, Any]:
-        wait_until(lambda: len(descendants()) <= self.baseline_processes)
+        wait_until(lambda: len(descendants()) <= self.baseline_processes, spares=True)
         self.signals.clear()
         self.watch.clear()
         self.launched.clear()
@@ -285,15 +299,15 @@ class Range:
         # the zygote survived, and nothing is left behind
         if not alive(self.zygote_pid) or zygote_of(self.nx).pid != self.zygote_pid:
             problems.append(f"the zygote {self.zygote_pid} is gone")
-        if not wait_until(lambda: len(descendants()) <= self.baseline_processes):
+        if not wait_until(lambda: len(descendants()) <= self.baseline_processes, spares=True):
             problems.append(f"processes left: {sorted(descendants())} (baseline {self.baseline_processes})")
-        if not wait_until(lambda: self.host_fds() == before["fds"], within=2.0):
+        if not wait_until(lambda: self.host_fds() == before["fds"], spares=True):
             now = self.host_fds()
             problems.append(f"fds leaked: {_described(now - before['fds'])}, closed: {sorted(before['fds'] - now)}")
-        if not wait_until(lambda: len(zygote_of(self.nx).held_fds()) == 2 * SPARES):
+        if not wait_until(lambda: len(zygote_of(self.nx).held_fds()) == 2 * SPARES, spares=True):
             problems.append(f"the launcher does not hold its {SPARES} spare children: {zygote_of(self.nx).held_fds()}")
         self.note_spares()
-        if not wait_until(lambda: not self.leaked_scratch(before["scratch"])):
+        if not wait_until(lambda: not self.leaked_scratch(before["scratch"]), spares=True):
             problems.append(f"scratch folders left: {self.leaked_scratch(before['scratch'])}")
 
         def spare_folders() -> dict[int, list[str]]:
@@ -309,7 +323,7 @@ class Range:
                     owned[pid].append(path)
             return owned
 
-        if not wait_until(lambda: [len(f) for f in spare_folders().values()] == [1] * SPARES):
+        if not wait_until(lambda: [len(f) for f in spare_folders().values()] == [1] * SPARES, spares=True):
             problems.append(f"expected {SPARES} spare children holding one scratch folder each: {spare_folders()}")
         assert not problems, "the host was harmed:\n  " + "\n  ".join(problems)
 
@@ -359,7 +373,7 @@ def open_range(root: Path, **code_exec: Any) -> Iterator[Range]:
     watch, nap = Watch(), Nap()
     workspace = root / "workspace"
     workspace.mkdir()
-    settings = {"timeout_seconds": LIMIT, **code_exec}
+    settings = {"timeout_seconds": PATIENCE, **code_exec}
     nx = Nexus.from_config(
         {"workspace": str(workspace), "session_dir": str(root / "sessions"), "skills": [],
          "plugins": {"active": [CE, "nexus.tool.file", "nexus.tool.shell"], CE: settings}},
@@ -390,7 +404,8 @@ def open_range(root: Path, **code_exec: Any) -> Iterator[Range]:
             return child
 
         launcher.launch = recording_launch  # type: ignore[method-assign]
-        assert wait_until(lambda: len(descendants()) == 1 + SPARES), f"expected the zygote and its spares: {descendants()}"
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES, spares=True), \
+            f"expected the zygote and its spares: {descendants()}"
         rng.baseline_processes = len(descendants())
         yield rng
     finally:

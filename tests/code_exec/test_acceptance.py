@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
-
 import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
-from nexus_core import CodeExecChunk, CodeExecResult, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import descendants, group_members, process_table, wait_until
+
+from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl
+from nexus_tool_code_exec import CodeExecChunk, CodeExecResult
 
 CE = "nexus.tool.code_exec"
 
@@ -48,7 +49,7 @@ def test_glob_then_parallel_reads_print_a_line_per_file_and_return_counts(
     (nexus_workspace / "gamma.txt").write_text("four\nfive\nsix\n")
     (nexus_workspace / "notes.md").write_text("not matched\n")
     gate = Gate()
-    nx = nexus_factory(plugins=[CE, "nexus.tool.file", gate], config={"plugins": {CE: {"timeout_seconds": 5}}})
+    nx = nexus_factory(plugins=[CE, "nexus.tool.file", gate], config={"plugins": {CE: {"timeout_seconds": 60}}})
     result = assert_ok(run(nx, """\
         import tools, parallel
 
@@ -72,7 +73,7 @@ def test_glob_then_parallel_reads_print_a_line_per_file_and_return_counts(
 def test_a_gate_that_vetoes_shell_raises_ToolVetoed_and_the_script_goes_on(nexus_factory: NexusFactory) -> None:
     gate = Gate(veto=("shell",))
     nx = nexus_factory(plugins=[CE, "nexus.tool.shell", "nexus.tool.file", gate],
-                       config={"plugins": {CE: {"timeout_seconds": 5}}})
+                       config={"plugins": {CE: {"timeout_seconds": 60}}})
     result = assert_ok(run(nx, """\
         import tools
 
@@ -111,7 +112,7 @@ def test_32_calls_through_parallel_map_with_8_workers_run_8_at_once(nexus_factor
     gate = Gate()
     tool = ToolDef(name="nap", handler=nap, input_schema={"type": "object", "properties": {"i": {"type": "integer"}}})
     nx = nexus_factory(plugins=[CE, gate], tools=[tool],
-                       config={"plugins": {CE: {"timeout_seconds": 10, "max_workers": 8}}})
+                       config={"plugins": {CE: {"timeout_seconds": 60, "max_workers": 8}}})
     result = assert_ok(run(nx, """\
         import tools, parallel
 
@@ -137,7 +138,7 @@ def test_an_infinite_loop_times_out_at_the_limit_and_leaves_no_process(
     assert_ok(run(nx, "def run(ctx):\n    return 1\n", "call_warm"))  # the zygote exists before the snapshot
     # the zygote and the children it forked ahead for the next scripts (the warm run's
     # replacement included): one of them runs the loop
-    assert wait_until(lambda: len(descendants()) == 1 + SPARES), descendants()
+    assert wait_until(lambda: len(descendants()) == 1 + SPARES, spares=True), descendants()
     baseline = descendants()
     result = run(nx, "def run(ctx):\n    print('start')\n    while True:\n        pass\n")
     assert_error(result, "script timed out after")
@@ -155,13 +156,13 @@ def test_an_infinite_loop_times_out_at_the_limit_and_leaves_no_process(
 
 
 def test_print_in_a_loop_past_max_output_bytes_is_truncated_and_the_host_is_fine(nexus_factory: NexusFactory) -> None:
-    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 10, "max_output_bytes": 4096}}})
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 60, "max_output_bytes": 4096}}})
     result = assert_ok(run(nx, """\
         def run(ctx):
             for i in range(300000):
                 print("line", i, "of a long, long listing")
             return "finished"
-        """))  # within its 10 s: past them it would be "script timed out"
+        """))  # within its 60 s: past them it would be "script timed out"
     body = result.output_structured
     assert body["stdout_truncated"] is True and body["result"] == "finished"
     assert len(body["stdout"].encode()) <= 4096 and body["stdout"].startswith("line 0 of a long, long listing\n")

@@ -45,9 +45,9 @@ def forge(message):
 """
 
 
-def watched(rng: Range, script: str, **bounds: float) -> tuple[str | None, HostWatch]:
+def watched(rng: Range, script: str, timeout: float | None = None, **bounds: float) -> tuple[str | None, HostWatch]:
     with HostWatch() as watch:
-        result = rng.run(REACH + script)
+        result = rng.run(REACH + script, timeout=timeout)
     watch.assert_host_fine(**bounds)
     return result.error, watch
 
@@ -69,7 +69,8 @@ def test_huge_calls_behind_busy_workers_are_held_back(rng: Range) -> None:
     """With max_workers at this machine's CPUs, the in-flight bound holds the huge calls back
     in the child's pipe (it grew by 1.6 GB before): the run ends at its timeout."""
     workers = engine_for(rng.nx).settings.max_workers
-    error, _ = watched(rng, BUSY_THEN_HUGE.replace("WORKERS", str(workers)), memory_mib=256, cpu_seconds=10)
+    error, _ = watched(rng, BUSY_THEN_HUGE.replace("WORKERS", str(workers)), timeout=LIMIT, memory_mib=256,
+                       cpu_seconds=10)
     assert error == f"script timed out after {LIMIT}s"
     assert rng.nap.entered.is_set()  # the workers were busy: the big calls waited behind them
 
@@ -83,7 +84,8 @@ def test_huge_calls_past_the_pending_bytes_cap_stop_the_run(nexus_factory: Nexus
         release.wait(float(arguments.get("s", 30)))
         return "woke"
 
-    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"max_workers": 16, "timeout_seconds": 10}}},
+    # a generous timeout: 60 calls of 20 MB take a busy machine well past 10 s (it failed so)
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"max_workers": 16, "timeout_seconds": 60}}},
                        tools=[native_tool("nap", "Sleeps.", {"type": "object", "properties": {"s": {"type": "number"}}}, nap),
                               native_tool("echo", "Echoes.", {"type": "object", "properties": {"text": {"type": "string"}}},
                                           lambda a: "ok")])
@@ -107,7 +109,7 @@ def run(ctx):
     for i in range(20000):
         forge({"t": "call", "id": i + 1, "name": "nap", "args": {"s": 30, "pad": "y" * 1000}, "p": True})
     return "sent"
-""", memory_mib=64)
+""", timeout=LIMIT, memory_mib=64)
     assert error == f"script timed out after {LIMIT}s"
     naps = [c for c in rng.watch.invoked if c.name == "nap"]
     assert 0 < len(naps) <= 2 * engine_for(rng.nx).settings.max_workers, len(naps)
@@ -164,7 +166,7 @@ def test_a_tool_that_hangs_does_not_hold_run_code_past_its_timeout(rng: Range) -
     tool's thread is left to it: Python cannot stop a thread, docs/run-code.md says what bounds
     them), and the next run is fine."""
     with HostWatch() as watch:
-        result = rng.run("import tools\n\ndef run(ctx):\n    tools.nap(s=30)\n    return 'woke'\n")
+        result = rng.run("import tools\n\ndef run(ctx):\n    tools.nap(s=30)\n    return 'woke'\n", timeout=LIMIT)
     watch.assert_host_fine()
     assert result.error == f"script timed out after {LIMIT}s"
     assert not rng.nap.returned.is_set()  # answered while the tool still slept

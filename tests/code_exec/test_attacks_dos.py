@@ -108,7 +108,7 @@ LOOPS = {
 @pytest.mark.parametrize("loop", list(LOOPS), ids=list(LOOPS))
 def test_a_script_that_never_ends_is_stopped_at_the_timeout(rng: Range, loop: str) -> None:
     result = rng.run(f"import parallel, random, time, typing\n\ndef run(ctx):\n"
-                              f"    print('forever')\n    {LOOPS[loop]}\n")
+                     f"    print('forever')\n    {LOOPS[loop]}\n", timeout=LIMIT)
     assert result.error == f"script timed out after {LIMIT}s"
     assert result.output_structured == {"stdout": "forever\n"}
     # and the process is gone, its group with it: `unharmed` checks that after every test
@@ -215,7 +215,7 @@ def test_a_script_asleep_in_a_tool_call_still_times_out_on_time(rng: Range, how:
     """The tool sleeps far past the limit: the run ends at the limit anyway, while the tool still
     sleeps (its call finishes in the background, unused)."""
     call = {"one_call": "tools.nap(s=600)", "parallel": "parallel.map(range(4), lambda i: tools.nap(s=600))"}[how]
-    result = rng.run(f"import parallel, tools\n\ndef run(ctx):\n    print('calling')\n    {call}\n")
+    result = rng.run(f"import parallel, tools\n\ndef run(ctx):\n    print('calling')\n    {call}\n", timeout=LIMIT)
     assert rng.nap.entered.is_set()
     assert not rng.nap.returned.is_set(), "run_code waited for the tool call"
     assert result.error == f"script timed out after {LIMIT}s"

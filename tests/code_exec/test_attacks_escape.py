@@ -28,6 +28,7 @@ from attack_helpers import (
     EACCES,
     EBADF,
     EPERM,
+    LIMIT,
     NETWORK,
     PROCESS,
     SIGNALS,
@@ -572,7 +573,7 @@ def test_joining_the_zygotes_process_group_escapes_neither_kill_nor_signals(rng:
             report(found)
             while True:
                 pass
-        """)
+        """, timeout=LIMIT)
     assert attack.found == {
         "setpgid": "OK: None",
         "pgrp_is_zygotes": True,
@@ -582,7 +583,7 @@ def test_joining_the_zygotes_process_group_escapes_neither_kill_nor_signals(rng:
         # to gain (Landlock refuses /dev/tty*), and the timeout finds it by its own pgid again
         "setsid": "OK: None",
     }
-    assert attack.result.error == "script timed out after 2s"  # and its process is gone: `unharmed`
+    assert attack.result.error == f"script timed out after {LIMIT}s"  # and its process is gone: `unharmed`
 
 
 def test_the_host_environment_is_nowhere_in_the_zygote(rng: Range) -> None:

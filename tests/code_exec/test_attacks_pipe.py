@@ -203,7 +203,7 @@ def run(ctx):
     while True:
         pass
 """
-    result = rng.run(script)
+    result = rng.run(script, timeout=LIMIT)
     assert result.error in (  # and its process is gone: `unharmed`
         f"script timed out after {LIMIT}s",
         f"tool call limit exceeded: the script went on calling after its limit of 1000 calls "
@@ -224,7 +224,7 @@ def run(ctx):
     while True:
         pass
 """
-    result = rng.run(script)
+    result = rng.run(script, timeout=LIMIT)
     assert result.output_structured == {"result": 1} or result.error == f"script timed out after {LIMIT}s"
 
 
@@ -245,7 +245,7 @@ def run(ctx):
 """
     # the slow tool sleeps until the test ends (or 60 s): a run that waited for it would answer
     # only once it returned
-    result = rng.run(script)
+    result = rng.run(script, timeout=LIMIT)
     assert rng.nap.entered.is_set(), "the slow call never reached the tool"
     assert not rng.nap.returned.is_set(), "run_code waited for the call in flight"
     # a sequential call is answered on the reading thread, so the "done" behind it is read only

@@ -36,6 +36,16 @@ CE = "nexus.tool.code_exec"
 DEPTH = 3000
 
 
+@pytest.fixture(autouse=True)
+def _no_deep_chain_left(tmp_path: Path) -> Any:
+    """Whatever a test here leaves in its tmp_path (it failed half-way, say) is removed with the
+    remover under test: a 3000-deep chain left for pytest would crash its clean-up of old temp
+    folders (shutil.rmtree's RecursionError) in every later session on the machine."""
+    yield
+    for child in list(tmp_path.iterdir()) if tmp_path.exists() else []:
+        remove_tree(child)
+
+
 def deep_chain(top: Path, depth: int = DEPTH) -> None:
     """top/d/d/.../d/leaf, `depth` folders deep (built by fd: the path is past PATH_MAX)."""
     fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)

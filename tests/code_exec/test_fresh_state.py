@@ -25,7 +25,7 @@ ALLOWED = ["builtins", "json", "os", "random", "resource", "signal", "sys", "thr
 
 def make(nexus_factory: NexusFactory) -> Nexus:
     nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {
-        "timeout_seconds": 10, "launcher": "zygote", "allowed_packages": ALLOWED, "reject_threads": False}}})
+        "timeout_seconds": 60, "launcher": "zygote", "allowed_packages": ALLOWED, "reject_threads": False}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
     return nx
 

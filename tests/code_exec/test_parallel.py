@@ -67,7 +67,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Pr
     root = tmp_path_factory.mktemp("parallel")
     probe = Probe()
     config = {"workspace": str(root), "session_dir": str(root / "sessions"), "skills": [],
-              "plugins": {"active": [CE], CE: {"timeout_seconds": 5, "max_workers": WORKERS}}}
+              "plugins": {"active": [CE], CE: {"timeout_seconds": 60, "max_workers": WORKERS}}}
     with Nexus.from_config(config, plugins=[probe], tools=[probe.tooldef()]) as nx:
         yield nx, probe
 
@@ -248,7 +248,7 @@ def test_nested_parallel_calls_do_not_deadlock(nx: Nexus, probe: Probe) -> None:
 def test_max_workers_one_runs_in_order_one_at_a_time(nexus_factory: Any) -> None:
     probe = Probe()
     nx = nexus_factory(plugins=[CE], tools=[probe.tooldef()],
-                       config={"plugins": {CE: {"timeout_seconds": 5, "max_workers": 1}}})
+                       config={"plugins": {CE: {"timeout_seconds": 60, "max_workers": 1}}})
     result = run(nx, "import tools, parallel\n\ndef run(ctx):\n    return parallel.map(range(5), lambda i: tools.probe(ms=5, value=i).value)\n")
     assert value_of(result) == list(range(5))
     assert probe.started == list(range(5)) and probe.peak == 1
@@ -257,7 +257,7 @@ def test_max_workers_one_runs_in_order_one_at_a_time(nexus_factory: Any) -> None
 def test_max_workers_above_the_sandboxs_thread_limit_still_works(nexus_factory: Any) -> None:
     """The rlimits layer caps a script's threads (RLIMIT_NPROC); a max_workers above that cap
     must mean 'as many as can run', not a RuntimeError from parallel.map."""
-    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 5, "max_workers": 200}}})
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 60, "max_workers": 200}}})
     result = run(nx, """\
         import parallel, time
 

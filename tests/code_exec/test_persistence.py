@@ -46,8 +46,9 @@ def sessions(tmp_path: Path) -> Path:
 
 
 def make(nexus_factory: NexusFactory, gate: Gate, sessions: Path, **settings: Any) -> Nexus:
+    # a generous timeout: only the test about the timeout gives a short one
     return nexus_factory(plugins=[CE, gate], tools=[ECHO], config={
-        "session_dir": str(sessions), "plugins": {CE: {"timeout_seconds": 1, **settings}}})
+        "session_dir": str(sessions), "plugins": {CE: {"timeout_seconds": 60, **settings}}})
 
 
 @pytest.fixture
@@ -124,7 +125,8 @@ def test_artifacts_are_persisted_for_a_rejected_script(nx: Nexus, sessions: Path
     assert calls_of(path) == []
 
 
-def test_artifacts_are_persisted_after_a_timeout(nx: Nexus, sessions: Path) -> None:
+def test_artifacts_are_persisted_after_a_timeout(nexus_factory: NexusFactory, gate: Gate, sessions: Path) -> None:
+    nx = make(nexus_factory, gate, sessions, timeout_seconds=1)
     script = "import tools\n\ndef run(ctx):\n    tools.echo(text='before')\n    print('spinning')\n    while True:\n        pass\n"
     result = assert_error(run(nx, script, "call_slow"), "script timed out after")
     path = folder(sessions, "call_slow")

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory
-from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec.launchers.base import Child, Launcher
 from nexus_tool_code_exec.host.fastpath import Seat
 from nexus_tool_code_exec.host.runner import Outcome, ScriptRun, Settings
+from nexus_tool_code_exec.launchers.base import Child, Launcher
+
+from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl
+from nexus_tool_code_exec import CodeExecChunk, engine_for
 
 CE = "nexus.tool.code_exec"
 

@@ -18,7 +18,7 @@ WIDE = ["os", "socket", "subprocess", "json"]
 @pytest.fixture
 def nx(nexus_factory: NexusFactory) -> Nexus:
     nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {
-        "timeout_seconds": 5, "allowed_packages": WIDE, "reject_threads": False}}})
+        "timeout_seconds": 60, "allowed_packages": WIDE, "reject_threads": False}}})
     from nexus_tool_code_exec import engine_for
 
     active = engine_for(nx).active_layers()

@@ -73,8 +73,13 @@ def fixed_tool(name: str, result: Any, output_schema: dict[str, Any] | None = No
                    input_schema={"type": "object", "properties": {}})
 
 
+#: run_code's timeout in these tests: generous, none of them is about the timeout (test_timeout.py
+#: is), and a busy machine must not turn a run into "script timed out"
+TIMEOUT = 60
+
+
 def make(nexus_factory: NexusFactory, *tools: ToolDef, plugins: tuple[Any, ...] = (), **settings: Any) -> Nexus:
-    return nexus_factory(plugins=[CE, *plugins], config={"plugins": {CE: {"timeout_seconds": 2, **settings}}},
+    return nexus_factory(plugins=[CE, *plugins], config={"plugins": {CE: {"timeout_seconds": TIMEOUT, **settings}}},
                          tools=tools)
 
 
@@ -91,7 +96,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Re
     root = tmp_path_factory.mktemp("run_code")
     gate = Recorder()
     config = {"workspace": str(root), "session_dir": str(root / "sessions"), "skills": [],
-              "plugins": {"active": [CE], CE: {"timeout_seconds": 2}}}
+              "plugins": {"active": [CE], CE: {"timeout_seconds": TIMEOUT}}}
     with Nexus.from_config(config, plugins=[gate], tools=[ECHO]) as nx:
         yield nx, gate
 
@@ -166,8 +171,8 @@ def test_ctx_carries_the_call_id_and_the_time_left(nx: Nexus) -> None:
             return {"id": ctx.call_id, "left": ctx.remaining(), "limit": ctx.timeout_seconds}
         """, call_id="call_ctx"))
     value = result.output_structured["result"]
-    assert value["id"] == "call_ctx" and value["limit"] == 2
-    assert 0 < value["left"] <= 2
+    assert value["id"] == "call_ctx" and value["limit"] == TIMEOUT
+    assert 0 < value["left"] <= TIMEOUT
 
 
 def test_inner_calls_carry_the_run_code_call_as_parent(nx: Nexus, gate: Recorder) -> None:
@@ -453,7 +458,7 @@ def test_a_tool_without_output_schema_returns_Result(nx: Nexus) -> None:
 
 def test_typed_results_of_the_real_file_tools(nexus_factory: NexusFactory, nexus_workspace: Any) -> None:
     (nexus_workspace / "notes.txt").write_text("one\ntwo\n")
-    nx = nexus_factory(plugins=[CE, "nexus.tool.file"], config={"plugins": {CE: {"timeout_seconds": 2}}})
+    nx = nexus_factory(plugins=[CE, "nexus.tool.file"], config={"plugins": {CE: {"timeout_seconds": TIMEOUT}}})
     result = assert_ok(run(nx, """\
         import tools
 
@@ -564,7 +569,7 @@ def test_many_runs_in_a_row_stay_healthy(nx: Nexus) -> None:
 @pytest.mark.parametrize("body", ["x = bytearray(1024 ** 3)", "blocks = []\n    while True:\n        blocks.append([0] * 100000)"],
                          ids=["one-big-block", "growing"])
 def test_a_script_past_memory_mb_reads_memory_limit_exceeded(nexus_factory: NexusFactory, body: str) -> None:
-    nx = make(nexus_factory, memory_mb=128, timeout_seconds=10)
+    nx = make(nexus_factory, memory_mb=128)
     engine = engine_for(nx)
     if "rlimits" not in engine.active_layers():
         pytest.skip(f"the rlimits layer is not active here: {engine.layer_statuses()['rlimits'].detail}")
@@ -589,7 +594,7 @@ def test_output_and_result_within_generous_limits_come_through_whole(nexus_facto
     """Limits past the 32 MiB protocol line: a 33 MB print and a 33 MB result are within
     max_output_bytes and max_result_bytes, so they are not 'protocol violations'."""
     size = 33 * 1024 * 1024
-    nx = make(nexus_factory, max_result_bytes=2 * size, max_output_bytes=2 * size, timeout_seconds=20)
+    nx = make(nexus_factory, max_result_bytes=2 * size, max_output_bytes=2 * size)
     result = assert_ok(run(nx, f"def run(ctx):\n    print('y' * {size})\n    return 'x' * {size}\n"))
     body = result.output_structured
     assert len(body["stdout"]) == size + 1 and "stdout_truncated" not in body and body["stdout"] == "y" * size + "\n"

@@ -380,7 +380,7 @@ def test_run_code_leaves_complete_folders_and_no_pending_one_after_close(
         nexus_factory: NexusFactory, tmp_path: Path) -> None:
     sessions = tmp_path / "sessions"
     nx = nexus_factory(plugins=[CE], tools=[ECHO], config={
-        "session_dir": str(sessions), "plugins": {CE: {"timeout_seconds": 5}}})
+        "session_dir": str(sessions), "plugins": {CE: {"timeout_seconds": 60}}})
     parent = sessions / "plugins" / CE
 
     assert_ok(nx.invoke(ToolCall(id="call_one", name="run_code", arguments={"script": CALLING})))

@@ -68,7 +68,7 @@ ECHO = ToolDef(name="echo", handler=lambda arguments: arguments["text"],
 @pytest.fixture
 def nx(nexus_factory: NexusFactory, skills_dir: Path) -> Nexus:
     return nexus_factory(plugins=[CE, "nexus.skills"], tools=[ECHO],
-                         config={"skills": [str(skills_dir)], "plugins": {CE: {"timeout_seconds": 2}}})
+                         config={"skills": [str(skills_dir)], "plugins": {CE: {"timeout_seconds": 60}}})
 
 
 def run(nx: Nexus, script: str) -> Any:

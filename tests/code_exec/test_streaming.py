@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from nexus_core import CodeExecChunk, CodeExecRequest, CodeExecResult, Nexus, ToolCall, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES
+
+from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
+from nexus_tool_code_exec import DEFAULT_ALLOWED_PACKAGES, CodeExecChunk, CodeExecRequest, CodeExecResult
 
 CE = "nexus.tool.code_exec"
 
@@ -65,7 +65,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Ev
         return "peeked"
 
     config = {"workspace": str(root), "session_dir": str(root / "sessions"), "skills": [],
-              "plugins": {"active": [CE], CE: {"timeout_seconds": 2,
+              "plugins": {"active": [CE], CE: {"timeout_seconds": 60,
                                                # sys, for print(..., file=sys.stderr)
                                                "allowed_packages": [*DEFAULT_ALLOWED_PACKAGES, "sys"]}}}
     with Nexus.from_config(config, plugins=[events], tools=[ToolDef(name="peek", handler=peek)]) as nx:
@@ -174,7 +174,7 @@ def test_nexus_code_exec_stdout_an_observer_that_raises_does_not_break_the_run(n
         def nexus_code_exec_stdout(self, chunk: CodeExecChunk) -> None:
             raise RuntimeError("observer bug")
 
-    nx = nexus_factory(plugins=[CE, Broken()], config={"plugins": {CE: {"timeout_seconds": 2}}})
+    nx = nexus_factory(plugins=[CE, Broken()], config={"plugins": {CE: {"timeout_seconds": 60}}})
     result = assert_ok(run(nx, "def run(ctx):\n    print('fine')\n    return 7\n"))
     assert result.output_structured == {"stdout": "fine\n", "result": 7}
 
@@ -238,7 +238,7 @@ def test_a_script_whose_process_cannot_start_is_still_announced_then_answered(
 def capped(nexus_factory: NexusFactory) -> tuple[Nexus, Events]:
     events = Events()
     nx = nexus_factory(plugins=[CE, events], config={"plugins": {CE: {
-        "timeout_seconds": 2, "max_output_bytes": 100, "allowed_packages": [*DEFAULT_ALLOWED_PACKAGES, "sys"]}}})
+        "timeout_seconds": 60, "max_output_bytes": 100, "allowed_packages": [*DEFAULT_ALLOWED_PACKAGES, "sys"]}}})
     return nx, events
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nexus_core import CodeExecChunk, Nexus, ToolDef, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 from nexus_tool_code_exec.host.fastpath import SPARES
 from proc_helpers import alive, descendants, group_members, wait_until
+
+from nexus_core import Nexus, ToolDef, hookimpl
+from nexus_tool_code_exec import CodeExecChunk
 
 CE = "nexus.tool.code_exec"
 LIMIT = 1
@@ -46,7 +47,7 @@ def make(nexus_factory: NexusFactory, spy: ProcessSpy, launcher: str = "auto", t
                        config={"plugins": {CE: {"timeout_seconds": LIMIT, "launcher": launcher}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
     if launcher != "spawn":  # the zygote and the spares it forks ahead (the warm run's replacement too)
-        assert wait_until(lambda: len(descendants()) == 1 + SPARES), descendants()
+        assert wait_until(lambda: len(descendants()) == 1 + SPARES, spares=True), descendants()
     spy.baseline = descendants()
     return nx
 
@@ -167,7 +168,7 @@ def test_closing_the_nexus_leaves_no_process_behind(nexus_factory: NexusFactory)
     started = descendants() - before
     assert started, "run_code ran without any process of its own"
     nx.close()
-    assert wait_until(lambda: not (descendants() & started), within=5), f"left running: {descendants() & started}"
+    assert wait_until(lambda: not (descendants() & started)), f"left running: {descendants() & started}"
 
 
 def test_a_dead_zygote_is_restarted_for_the_next_script(nexus_factory: NexusFactory) -> None:
@@ -204,4 +205,4 @@ def test_a_killed_zygote_leaves_no_scratch_folder_once_the_nexus_closes(nexus_fa
     os.kill(engine_for(nx).launcher().pid, _signal.SIGKILL)  # no chance to remove its spare's folder
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"}))  # a new zygote
     nx.close()
-    assert wait_until(lambda: ours() <= before, within=5), f"left behind: {ours() - before}"
+    assert wait_until(lambda: ours() <= before), f"left behind: {ours() - before}"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from nexus_core._plugins import ENTRY_POINT_GROUP, installed_entry_points
+from nexus_core._plugins import ENTRY_POINT_GROUP, HOOKSPECS_GROUP, installed_entry_points
 
 NEXUS_ENV = ("NEXUS_DISABLE_PLUGIN_AUTOLOAD", "NEXUS_BLOCK_PLUGINS", "NEXUS_TRACE_HOOKS", "NEXUS_CONFIG")
 
@@ -39,11 +39,13 @@ class FakePlugins:
         self._count = 0
 
     def add(self, plugin_id: str, source: str = "", *, target: str | None = None, dist: str | None = None,
-            attr: str | None = None) -> str:
+            attr: str | None = None, hookspecs: str | None = None, plugin: bool = True) -> str:
         """Install plugin `plugin_id` whose module has `source` (dedented); the entry point names
         the module, or `module:attr` (a class or factory in it). `target` points the entry point
-        elsewhere instead (e.g. at a module that does not exist). Returns the module name,
-        unique to this test so no other test's import is reused."""
+        elsewhere instead (e.g. at a module that does not exist). `hookspecs`: the source of the
+        package's own hookspec module, named in `nexus.hookspecs` (`plugin=False`: only that, no
+        plugin). Returns the module name, unique to this test so no other test's import is
+        reused."""
         self._count += 1
         module = f"fake_nexus_plugin_{self._tag}_{self._count}"
         (self.root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
@@ -52,10 +54,14 @@ class FakePlugins:
         info = self.root / f"{dist.replace('-', '_')}-0.1.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n", encoding="utf-8")
-        (info / "entry_points.txt").write_text(
-            f"[{ENTRY_POINT_GROUP}]\n{plugin_id} = {target or (f'{module}:{attr}' if attr else module)}\n",
-            encoding="utf-8",
-        )
+        groups = f"[{ENTRY_POINT_GROUP}]\n{plugin_id} = {target or (f'{module}:{attr}' if attr else module)}\n"
+        if not plugin:
+            groups = ""
+        if hookspecs is not None:
+            (self.root / f"{module}_hookspecs.py").write_text(textwrap.dedent(hookspecs), encoding="utf-8")
+            self.modules.append(f"{module}_hookspecs")
+            groups += f"[{HOOKSPECS_GROUP}]\n{plugin_id} = {module}_hookspecs\n"
+        (info / "entry_points.txt").write_text(groups, encoding="utf-8")
         importlib.invalidate_caches()  # importlib.metadata caches each folder's listing
         return module
 
@@ -63,7 +69,7 @@ class FakePlugins:
         """Plugin ids installed for real (not by this fixture), to block them in tests that
         load every installed plugin."""
         fake = {line.split(" = ")[0] for p in self.root.glob("*.dist-info/entry_points.txt")
-                for line in p.read_text().splitlines()[1:]}
+                for line in p.read_text().splitlines() if " = " in line}
         return [ep.name for ep in installed_entry_points() if ep.name not in fake]
 
     def env(self, **extra: str) -> dict[str, str]:

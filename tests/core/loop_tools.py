@@ -7,8 +7,9 @@ import base64
 from typing import Any, Literal
 
 import attrs
+from nexus_core.content import ImageContent, ResourceContent, TextContent
 
-from nexus_core import ImageContent, ResourceContent, TextContent, ToolCall, Veto, hookimpl, tool
+from nexus_core import ToolCall, Veto, hookimpl, tool
 
 PNG = base64.b64decode(  # a 1x1 transparent PNG
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")

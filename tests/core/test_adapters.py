@@ -26,21 +26,10 @@ from nexus_core.adapters import (
     to_provider_schemas,
 )
 from nexus_core.cli import main as cli_main
+from nexus_core.content import AudioContent, ImageContent, ResourceContent, TextContent
 from provider_shapes import assert_shape, sample
 
-from nexus_core import (
-    AudioContent,
-    ImageContent,
-    Nexus,
-    ResourceContent,
-    TextContent,
-    ToolCall,
-    ToolResult,
-    failure,
-    native_tool,
-    tool,
-    toolkit,
-)
+from nexus_core import Nexus, ToolCall, ToolResult, failure, native_tool, tool, toolkit
 
 # -- tools used throughout ------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ from google.genai import types as gtypes
 from loop_tools import LOOP_TOOLS, PDF, PNG, NoDeletes, tally
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from nexus_core.adapters import StrictSchemaError
+from nexus_core.adapters import StrictSchemaError, format_tool_call, format_tool_result, parse_tool_calls
+from nexus_core.content import ImageContent, ResourceContent, TextContent
 from openai.lib._pydantic import _ensure_strict_json_schema
 from openai.types.chat import (
     ChatCompletionFunctionToolParam,
@@ -49,18 +50,7 @@ from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from provider_shapes import assert_shape
 from sdk_types import assert_model, assert_sdk_type
 
-from nexus_core import (
-    ImageContent,
-    Nexus,
-    ResourceContent,
-    TextContent,
-    ToolCall,
-    ToolResult,
-    format_tool_call,
-    format_tool_result,
-    parse_tool_calls,
-    toolkit,
-)
+from nexus_core import Nexus, ToolCall, ToolResult, toolkit
 
 #: the model's reply in every loop below: one call works, one fails, one is vetoed, one names a
 #: tool that does not exist, one returns an image and a PDF

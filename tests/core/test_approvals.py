@@ -248,9 +248,9 @@ def test_the_question_tool_is_answered_by_the_approver() -> None:
     log = AskLog()
     approver = Approver(lambda q: "blue" if q.kind == "question" else True)
     with Nexus(plugins=[log], approver=approver, autoload=False) as nx:
-        from nexus_core.builtins import question as question_plugin
+        from nexus_core.builtins.question import QuestionPlugin
 
-        nx.register(question_plugin)
+        nx.register(QuestionPlugin)
         result = nx.invoke("question", {"question": "Which colour?", "options": ["red", "blue"]})
     assert result.output == "blue"
     assert result.output_structured["status"] == "answered"
@@ -260,12 +260,12 @@ def test_the_question_tool_is_answered_by_the_approver() -> None:
 
 
 def test_an_unanswered_question_stays_pending() -> None:
-    from nexus_core.builtins import question as question_plugin
+    from nexus_core.builtins.question import QuestionPlugin
 
-    with Nexus(approver=Approver(None), autoload=False, plugins=[question_plugin]) as nx:
+    with Nexus(approver=Approver(None), autoload=False, plugins=[QuestionPlugin]) as nx:
         result = nx.invoke("question", {"question": "Which colour?"})
         assert result.output_structured["status"] == "pending"
-    with Nexus(autoload=False, plugins=[question_plugin]) as nx:  # no approver: pending, nobody asked
+    with Nexus(autoload=False, plugins=[QuestionPlugin]) as nx:  # no approver: pending, nobody asked
         assert nx.invoke("question", {"question": "Which colour?"}).metadata["pending"] is True
 
 

@@ -12,21 +12,9 @@ import attrs
 import pytest
 from nexus_core._content import content_text, file_content
 
-from nexus_core import (
-    AudioContent,
-    ImageContent,
-    ResourceContent,
-    TextContent,
-    ToolCall,
-    ToolResult,
-    WireError,
-    failure,
-    from_json,
-    native_tool,
-    success,
-    to_json,
-    toolkit,
-)
+from nexus_core import ToolCall, ToolResult, failure, native_tool, success, toolkit
+from nexus_core.content import AudioContent, ImageContent, ResourceContent, TextContent
+from nexus_core.wire import WireError, from_json, to_json
 from nexus_core._converter import structure, unstructure
 
 PNG = base64.b64decode(

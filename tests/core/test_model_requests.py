@@ -10,21 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
 
-from nexus_core import (
-    ConfigError,
-    Message,
-    ModelCall,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    Nexus,
-    ToolCall,
-    Usage,
-    Veto,
-    hookimpl,
-    split_model,
-)
+from nexus_core import ConfigError, Nexus, ToolCall, Veto, hookimpl
 
 
 class EchoModel:
@@ -87,8 +75,26 @@ def test_an_unknown_provider_names_the_ones_there_are() -> None:
         nx.complete(request(provider="ecko"))
     assert info.value.kind == "unknown_provider"
     assert str(info.value) == "no model provider 'ecko' (did you mean 'echo'?): the providers here are 'echo'"
-    with Nexus(autoload=False) as nx, pytest.raises(ModelError, match="pip install nexus-rt-provider-openai"):
+    with Nexus(autoload=False) as nx, pytest.raises(ModelError, match="install nexus-rt-provider-openai"):
         nx.complete(request())
+
+
+def test_check_model_suggests_the_provider_for_a_typo_or_a_plugin_id_and_says_what_to_install() -> None:
+    with Nexus(autoload=False, plugins=[EchoModel()]) as nx:
+        assert nx.check_model("echo:m1:8b") == ("echo", "m1:8b")
+        with pytest.raises(ModelError) as info:
+            nx.check_model("ecko:m1")
+        assert info.value.kind == "unknown_provider" and "(did you mean 'echo'?)" in str(info.value)
+        # the id of the plugin that registered the provider, where the provider's name goes
+        with pytest.raises(ModelError, match=r"^no model provider 'test.provider.echo' \(did you mean 'echo'\?\)"):
+            nx.check_model("test.provider.echo:m1")
+        # a provider this project ships, not installed here: how to get it (no far-fetched guess)
+        with pytest.raises(ModelError) as info:
+            nx.check_model("anthropic:claude-sonnet-4-5")
+        assert str(info.value) == ("no model provider 'anthropic': the providers here are 'echo'; "
+                                   "the distribution nexus-rt-provider-anthropic gives 'anthropic'")
+        with pytest.raises(ValueError, match="is not provider:model"):
+            nx.check_model("gpt-4.1")
 
 
 def test_two_providers_of_one_name_is_an_error_naming_both() -> None:
@@ -249,7 +255,7 @@ def test_messages_hold_calls_and_results() -> None:
 
 
 SDK_PROVIDER = """
-from nexus_core import ModelResponse, SDKProvider
+from nexus_core.llm import ModelResponse, SDKProvider
 
 made_clients = []
 

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
 import attrs
 import pytest
-from nexus_core._native import parse_docstring, schema_for_type
+from nexus_core._docstrings import parse_docstring
+from nexus_core._typeschema import schema_for_type
 
 from nexus_core import (
     CallContext,
@@ -85,6 +86,51 @@ def test_a_failure_value_and_a_raise_both_arrive_as_error_results_with_their_mes
     raised = execute(tk, "boom", {})  # converted at the boundary, never propagated
     assert raised.is_error and "kaboom" in raised.error and "kaboom" in raised.output
     assert raised.error_kind == "exception"
+
+
+def test_a_map_with_output_is_a_result_its_iserror_a_real_boolean() -> None:
+    """toolnexus's rule: a handler's map that already has `output` is the result, not JSON data;
+    any truthy `isError` makes it an error result (a real boolean), and other keys are kept."""
+    tk = toolkit([native_tool("m", run=lambda args: dict(args["map"]))])
+
+    def result(value: dict[str, Any]) -> ToolResult:
+        return execute(tk, "m", {"map": value})
+
+    failed = result({"output": "no such order", "isError": True})
+    assert (failed.is_error, failed.error, failed.output, failed.error_kind) == (
+        True, "no such order", "no such order", "failure")
+    assert failed.output_structured is None
+    assert result({"output": "refused", "isError": "yes"}).is_error is True  # truthy: an error
+    ok = result({"output": "done", "isError": 0, "took_ms": 3})
+    assert (ok.is_error, ok.output, ok.metadata) == (False, "done", {"took_ms": 3})
+    nested = result({"output": {"rows": 2}})  # the output normalised by the same rules
+    assert (nested.output, nested.output_structured) == ('{"rows": 2}', {"rows": 2})
+    assert result({"rows": 2}).output_structured == {"rows": 2}  # no `output` key: data, as before
+
+
+def test_a_tool_function_that_declares_its_return_type_returns_data_even_with_an_output_key() -> None:
+    @tool
+    def report() -> dict[str, Any]:
+        return {"output": "text", "isError": True}
+
+    @tool
+    def undeclared():  # type: ignore[no-untyped-def]  # no annotation: the handler's rule applies
+        return {"output": "text", "isError": True}
+
+    tk = toolkit([report, undeclared])
+    data = execute(tk, "report", {})
+    assert not data.is_error and data.output_structured == {"output": "text", "isError": True}
+    assert execute(tk, "undeclared", {}).error == "text"
+
+
+def test_a_json_scalar_is_data_for_a_tool_that_declares_an_output_schema() -> None:
+    count = native_tool("count", run=lambda args: 3, output_schema={"type": "integer"})
+    flag = native_tool("flag", run=lambda args: True, output_schema={"type": "boolean"})
+    untyped = native_tool("untyped", run=lambda args: True)
+    tk = toolkit([count, flag, untyped])
+    assert (execute(tk, "count").output, execute(tk, "count").output_structured) == ("3", 3)
+    assert (execute(tk, "flag").output, execute(tk, "flag").output_structured) == ("true", True)
+    assert (execute(tk, "untyped").output, execute(tk, "untyped").output_structured) == ("True", None)
 
 
 def test_a_ctx_tool_reads_the_user_id_it_was_given() -> None:
@@ -626,6 +672,59 @@ def test_arguments_are_rebuilt_as_their_annotated_types() -> None:
     assert seen["by_name"] == {"home": Address(street="B", city="Bern")}
     assert seen["maybe"] == Address(street="C")
     assert seen["either"] == "s"
+
+
+def test_what_each_argument_needs_is_found_once_per_tool_not_on_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_core import _converter
+
+    looked_up: list[Any] = []
+    real = _converter.converter
+
+    class Counting:  # the converter, counting the hooks asked of it
+        def get_structure_hook(self, tp: Any) -> Any:
+            looked_up.append(tp)
+            return real.get_structure_hook(tp)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    monkeypatch.setattr(_converter, "converter", Counting())
+    seen: list[Any] = []
+
+    @tool
+    def f(x: float, color: Color, tags: list[str], n: int = 0) -> None:
+        seen.append((x, color, tags, n))
+
+    tk = toolkit([f])
+    for i in range(3):
+        assert not execute(tk, "f", {"x": i, "color": "red", "tags": ["a"], "n": i}).is_error
+    assert looked_up == [float, Color]  # str lists and ints arrive as they are: nothing to convert
+    assert seen[2] == (2.0, Color.RED, ["a"], 2) and isinstance(seen[2][0], float)
+
+
+@attrs.frozen
+class Quantity:
+    amount: int = attrs.field(validator=attrs.validators.gt(0))
+
+
+def test_an_argument_that_does_not_convert_is_an_invalid_argument_naming_it() -> None:
+    import datetime
+
+    @tool
+    def when(day: datetime.date) -> str:
+        return day.isoformat()
+
+    @tool
+    def order(quantity: Quantity) -> int:
+        return quantity.amount
+
+    tk = toolkit([when, order])
+    bad = execute(tk, "when", {"day": "May 1st"})  # the schema's format says so first
+    assert (bad.error_kind, bad.error) == ("invalid_arguments", "invalid arguments for when: day: 'May 1st' is not a 'date'")
+    refused = execute(tk, "order", {"quantity": {"amount": 0}})  # the class's own validator
+    assert refused.error_kind == "invalid_arguments" and refused.error is not None
+    assert refused.error.startswith("invalid arguments: quantity") and "must be > 0" in refused.error
+    assert execute(tk, "order", {"quantity": {"amount": 2}}).output_structured == 2
 
 
 def test_positional_only_parameters_work() -> None:

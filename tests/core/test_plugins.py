@@ -262,3 +262,67 @@ def test_no_tracing_without_the_switch(capsys: pytest.CaptureFixture[str]) -> No
     with Nexus(autoload=False, tools=[native_tool("t", run=lambda a: "ok")]) as nx:
         nx.invoke("t")
     assert capsys.readouterr().err == ""
+
+
+# -- hooks a package brings (nexus.hookspecs) -------------------------------------------------
+
+AUDIT_HOOKSPECS = '''
+    from nexus_core import hookspec
+
+    @hookspec(kind="observer")
+    def nexus_acme_audit_written(entry: dict) -> None:
+        """Observe an audit entry once it is written. The return value is ignored."""
+'''
+
+
+def test_a_package_brings_its_own_hooks_and_any_plugin_may_implement_them(fake_plugins: FakePlugins) -> None:
+    # "a.listener" sorts, and so registers, before "z.audit" whose package declares the hook
+    fake_plugins.add("a.listener", """
+        from nexus_core import hookimpl
+        seen = []
+
+        @hookimpl
+        def nexus_acme_audit_written(entry):
+            seen.append(entry)
+    """)
+    fake_plugins.add("z.audit", "", hookspecs=AUDIT_HOOKSPECS)
+    with Nexus({"plugins": {"active": ["a.listener"]}}) as nx:  # the hook's own plugin is not active
+        assert nx.failures == [] and active_names(nx) == ["a.listener"]
+        assert "nexus_acme_audit_written" in nx.plugin_manager.hook_names()
+        assert nx.plugin_manager.kind("nexus_acme_audit_written") == "observer"
+        nx.hook.nexus_acme_audit_written(entry={"n": 1})
+        assert nx.plugin("a.listener").seen == [{"n": 1}]
+
+
+def test_a_hook_of_a_package_that_is_not_installed_matches_no_hook(fake_plugins: FakePlugins) -> None:
+    fake_plugins.add("a.listener", """
+        from nexus_core import hookimpl
+
+        @hookimpl
+        def nexus_acme_audit_written(entry):
+            pass
+    """)
+    with Nexus({"plugins": {"active": ["a.listener"]}}) as nx:
+        (failure,) = nx.failures
+        assert (failure.name, failure.phase) == ("a.listener", "validate")
+        assert "hookimpl 'nexus_acme_audit_written' matches no nexus hook" in failure.error
+
+
+def test_a_hookspec_module_that_fails_is_reported_and_the_rest_work(fake_plugins: FakePlugins) -> None:
+    fake_plugins.add("broken.specs", "", hookspecs="raise ImportError('no such thing')\n", plugin=False)
+    fake_plugins.add("z.audit", "", hookspecs=AUDIT_HOOKSPECS, plugin=False)
+    with Nexus(autoload=False) as nx:
+        (failure,) = nx.failures
+        assert (failure.name, failure.phase) == ("broken.specs", "hookspecs")
+        assert "ImportError: no such thing" in failure.error
+        assert "nexus_acme_audit_written" in nx.plugin_manager.hook_names()
+
+
+def test_a_hookspec_must_say_its_kind() -> None:
+    from nexus_core import hookspec
+
+    with pytest.raises(TypeError, match="kind"):
+        @hookspec  # type: ignore[call-overload]
+        def nexus_no_kind() -> None: ...
+    with pytest.raises(ValueError, match="not one of observer, gate, contribution, lifecycle"):
+        hookspec(kind="watcher")  # type: ignore[arg-type]

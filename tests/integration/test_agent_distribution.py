@@ -16,10 +16,12 @@ DOC = REPO / "docs" / "agent.md"
 
 
 def documented_install() -> list[str]:
+    """The distributions the page's `pip install` names (its options, `--find-links dist`, left out)."""
     text = DOC.read_text(encoding="utf-8")
     command = re.search(r"\$ pip install ((?:[^\n]*\\\n)*[^\n]*)", text)
     assert command, "docs/agent.md shows no pip install"
-    return command.group(1).replace("\\\n", " ").split()
+    words = command.group(1).replace("\\\n", " ").split()
+    return [w for i, w in enumerate(words) if not w.startswith("-") and (i == 0 or words[i - 1] != "--find-links")]
 
 
 def documented_config() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -91,22 +92,41 @@ def alive(pid: int) -> bool:
     return stat is not None and stat[0] != "Z"
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def supervisor(pid: int) -> bool:
+    """Whether `pid` is the supervisor a stdio server runs under (nexus_mcp/_reaper.py)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "nexus-mcp-reap"
+    except OSError:
+        return False
+
+
 def child_pids(marker: str, parent: int | None = None) -> list[int]:
-    """Live child processes of `parent` (this process) whose command line contains `marker`."""
+    """Live MCP server processes that `parent` (this process) started, whose command line
+    contains `marker`: its children, or the children of the supervisors it started (a stdio
+    server runs under one: see nexus_mcp._reaper)."""
     parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        stat = _stat(int(entry.name))
-        if stat is None or stat[0] == "Z" or int(stat[1]) != parent:
+        pid = int(entry.name)
+        stat = _stat(pid)
+        if stat is None or stat[0] == "Z" or supervisor(pid):
             continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(int(entry.name))
+        ppid = int(stat[1])
+        if ppid != parent:
+            parent_stat = _stat(ppid)
+            if parent_stat is None or int(parent_stat[1]) != parent or not supervisor(ppid):
+                continue
+        if marker in _cmdline(pid):
+            found.append(pid)
     return sorted(found)
 
 
@@ -155,3 +175,39 @@ def run_nexus(*args: str, cwd: Path, env: dict[str, str] | None = None, input: s
     wrote (`--trust-config`)."""
     return subprocess.run([str(BIN / "nexus"), "--trust-config", *args], cwd=cwd, env=env, input=input, capture_output=True,
                           text=True, timeout=timeout, check=False)
+
+
+class HttpServe:
+    """`nexus mcp serve --http HOST:0` as a user runs it, until `stop()`: its URL, and the token
+    it printed (or the one given in its environment)."""
+
+    def __init__(self, config: Path, env: dict[str, str], *extra: str, host: str = "127.0.0.1") -> None:
+        address = f"[{host}]:0" if ":" in host else f"{host}:0"
+        self.process = subprocess.Popen([str(BIN / "nexus"), "--trust-config", "--config", str(config), "mcp", "serve",
+                                         "--http", address, *extra], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        assert self.process.stderr is not None
+        self.stderr: list[str] = []
+        self.token = env.get("NEXUS_MCP_TOKEN", "")
+        self.url = ""
+        for line in self.process.stderr:
+            self.stderr.append(line)
+            if found := re.search(r"over MCP at (http://\S+)", line):
+                self.url = found.group(1)
+            if found := re.match(r"^Authorization: Bearer (\S+)$", line):
+                self.token = found.group(1)
+            if self.url and line.startswith("nexus: protection: bound to"):
+                break
+        else:
+            raise AssertionError(f"nexus mcp serve --http did not start:\n{''.join(self.stderr)}")
+        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def stop(self) -> tuple[str, str]:
+        """SIGTERM: a clean stop, the Nexus closed. Returns (stdout, stderr)."""
+        self.process.terminate()
+        out, err = self.process.communicate(timeout=60)
+        return out, "".join(self.stderr) + err

@@ -24,8 +24,10 @@ from mcp_helpers import (
     time_server,
     wait_for,
 )
+from nexus_core.adapters import format_tool_result
+from nexus_core.content import ImageContent, TextContent
 
-from nexus_core import ConfigError, ImageContent, Nexus, TextContent, ToolDef, format_tool_result, hookimpl
+from nexus_core import ConfigError, Nexus, ToolDef, hookimpl
 
 FIXTURE = "fixture_server.py"
 
@@ -256,15 +258,18 @@ def test_colliding_names_are_an_error_naming_both(make_nexus: Callable[..., Nexu
             "a": dynamic_server("--tool", "b_c", "--tool", "b.c", "--tool", "x" * 80, "--tool", "x" * 81),
             "a_b": dynamic_server("--tool", "c", "--tool", "d"),
         })
-    names = sorted(t.name for t in nx.tools())
-    assert names == ["a_b_c", "a_b_d", "a_" + "x" * 62]
-    problems = [m for m in caplog.messages if "collides" in m]
-    assert any("MCP server 'a' tool 'b_c' and MCP server 'a' tool 'b.c' both become 'a_b_c'" in m for m in problems)
-    assert any("MCP server 'a' tool 'b_c' and MCP server 'a_b' tool 'c' both become 'a_b_c'" in m for m in problems)
-    assert any(f"tool '{'x' * 80}' and MCP server 'a' tool '{'x' * 81}'" in m for m in problems)
-    assert nx.invoke("a_b_c", {}).output == "this is b_c"  # the first one keeps the name
+    # every tool that would be `a_b_c`, and both long names cut to the same 64 characters, are
+    # left out: none takes a name another would have
+    assert sorted(t.name for t in nx.tools()) == ["a_b_d"]
+    problems = [m for m in caplog.messages if "tool name collision" in m]
+    assert len(problems) == 2, problems
+    assert ("MCP server 'a' tool 'b_c' and MCP server 'a' tool 'b.c' and MCP server 'a_b' tool 'c' would all be "
+            "the Nexus tool 'a_b_c': none is offered") in problems[0]
+    assert "plugins.nexus.mcp.client.servers.a.prefix or plugins.nexus.mcp.client.servers.a_b.prefix" in problems[0]
+    assert f"tool '{'x' * 80}' and MCP server 'a' tool '{'x' * 81}' would both be" in problems[1]
+    assert "the server's own names clash" in problems[1]
     lines = nx.plugin("nexus.mcp.client").client.doctor_lines()
-    assert sum("collides" in line and line.startswith("error:") for line in lines) == 3
+    assert sum("tool name collision" in line and line.startswith("error:") for line in lines) == 2
 
 
 def test_a_name_another_plugin_has_is_refused_naming_both(make_nexus: Callable[..., Nexus]) -> None:
@@ -320,6 +325,7 @@ def test_bad_server_settings_are_config_errors_naming_the_key(
     ({"ok": {"command": "x", "timeout": 3}}, "plugins.nexus.mcp.client.servers.ok.timeout"),
     ({"ok": {"command": "x", "start": "sometimes"}}, "plugins.nexus.mcp.client.servers.ok.start"),
     ({"ok": {"url": "ftp://x"}}, "plugins.nexus.mcp.client.servers.ok.url"),
+    ({"ok": {"command": "x", "prefix": "has space"}}, "plugins.nexus.mcp.client.servers.ok.prefix"),
 ])
 def test_invalid_settings_are_refused_by_the_schema(servers: dict[str, Any], message: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:

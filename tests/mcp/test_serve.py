@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 import yaml
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp_helpers import BIN, FakePlugins, alive, child_pids, run_nexus, time_server
+from mcp_helpers import BIN, FakePlugins, HttpServe, alive, child_pids, run_nexus, time_server
 
 from nexus_core import Nexus
 
@@ -290,27 +289,12 @@ def test_skills_are_prompts(served: tuple[Path, dict[str, str]], tmp_path: Path)
     run(session)
 
 
-class HttpServe:
-    def __init__(self, config: Path, env: dict[str, str], *extra: str) -> None:
-        self.process = subprocess.Popen([str(BIN / "nexus"), "--trust-config", "--config", str(config), "mcp", "serve", "--http",
-                                         "127.0.0.1:0", *extra], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-        assert self.process.stderr is not None
-        self.stderr: list[str] = []
-        for line in self.process.stderr:
-            self.stderr.append(line)
-            found = re.search(r"over MCP at (http://\S+)", line)
-            if found:
-                self.url = found.group(1)
-                break
-        else:
-            raise AssertionError(f"nexus mcp serve --http did not start:\n{''.join(self.stderr)}")
+def http_transport(server: HttpServe) -> Any:
+    """The SDK's streamable HTTP transport to `server`, with its token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
 
-    def stop(self) -> tuple[str, str]:
-        """SIGTERM: a clean stop, the Nexus closed. Returns (stdout, stderr)."""
-        self.process.terminate()
-        out, err = self.process.communicate(timeout=60)
-        return out, "".join(self.stderr) + err
+    return streamable_http_client(server.url, http_client=httpx2.AsyncClient(headers=server.headers))
 
 
 @pytest.mark.parametrize("stateless", [False, True])
@@ -320,7 +304,7 @@ def test_the_sdk_client_over_http(stateless: bool, served: tuple[Path, dict[str,
     try:
         async def session(url: str) -> None:
             for attempt in range(2):  # stateless: a second client, no session shared
-                async with Client(url, cache=None) as client:
+                async with Client(http_transport(server), cache=None) as client:
                     tools = {t.name for t in (await client.list_tools()).tools}
                     assert {"shout", "run_code", "time_get_current_time"} <= tools
                     shout = await client.call_tool("shout", {"text": f"http {attempt}"})
@@ -331,7 +315,7 @@ def test_the_sdk_client_over_http(stateless: bool, served: tuple[Path, dict[str,
         run(session, server.url)
 
         async def legacy(url: str) -> None:
-            async with Client(url, cache=None, mode="legacy") as client:
+            async with Client(http_transport(server), cache=None, mode="legacy") as client:
                 assert (await client.call_tool("shout", {"text": "old"})).structured_content == {"loud": "OLD"}
 
         run(legacy, server.url)
@@ -346,19 +330,27 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert stateless.returncode == 2 and "--stateless goes with --http" in stateless.stderr
     bad = run_nexus("mcp", "serve", "--http", "localhost", cwd=tmp_path)
     assert bad.returncode == 2 and "--http 'localhost': expected HOST:PORT" in bad.stderr
+    remote = run_nexus("mcp", "serve", "--allow-remote", cwd=tmp_path)
+    assert remote.returncode == 2 and "--allow-remote goes with --http" in remote.stderr
     help_text = run_nexus("mcp", "serve", "--help", cwd=tmp_path)
-    assert help_text.returncode == 0 and "--stateless" in help_text.stdout
+    assert help_text.returncode == 0 and "--stateless" in help_text.stdout and "--allow-remote" in help_text.stdout
 
 
-INSPECTOR = "@modelcontextprotocol/inspector@0.15.0"
+#: the first version whose command line sends HTTP headers (--header, which the token needs) and
+#: runs (0.17.0 does not start: its package lacks cli/package.json)
+INSPECTOR = "@modelcontextprotocol/inspector@0.17.1"
 
 
-def inspector(*args: str, env: dict[str, str], cwd: Path) -> Any:
+def inspector(*args: str, env: dict[str, str], cwd: Path, fails: bool = False) -> Any:
+    """The Inspector CLI's JSON answer; with `fails`, its output, once it has failed."""
     npx = shutil.which("npx")
     if npx is None:
         pytest.skip("npx is not installed (Node.js 20 brings it): the MCP Inspector CLI cannot run")
     proc = subprocess.run([npx, "-y", INSPECTOR, "--cli", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=600, check=False)
+    if fails:
+        assert proc.returncode != 0, proc.stdout
+        return proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout)
 
@@ -384,11 +376,16 @@ def test_the_mcp_inspector_cli_over_http(served: tuple[Path, dict[str, str]], tm
     config, env = served
     server = HttpServe(config, env)
     try:
-        listed = inspector(server.url, "--transport", "http", "--method", "tools/list", env=env, cwd=tmp_path)
+        header = ["--header", f"Authorization: Bearer {server.token}"]
+        listed = inspector(server.url, "--transport", "http", *header, "--method", "tools/list", env=env, cwd=tmp_path)
         assert "shout" in {t["name"] for t in listed["tools"]}
-        called = inspector(server.url, "--transport", "http", "--method", "tools/call", "--tool-name",
+        called = inspector(server.url, "--transport", "http", *header, "--method", "tools/call", "--tool-name",
                            "time_get_current_time", "--tool-arg", "timezone=UTC", env=env, cwd=tmp_path)
         assert called["structuredContent"]["timezone"] == "UTC"
+        # without the header the Inspector gets nowhere
+        refused = inspector(server.url, "--transport", "http", "--method", "tools/list", env=env, cwd=tmp_path,
+                            fails=True)
+        assert "invalid_token" in refused and "Authentication required" in refused
     finally:
         server.stop()
 

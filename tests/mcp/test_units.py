@@ -11,13 +11,14 @@ import mcp_types as types
 import pytest
 from mcp_helpers import SERVERS
 from nexus_core.cli import UsageError
+from nexus_core.content import ResourceContent, TextContent
 from nexus_mcp._cli import parse_host_port
 from nexus_mcp._config import expand
 from nexus_mcp._convert import to_call_tool_result, to_toolresult
+from nexus_mcp._names import nexus_tool_name, python_name
 from nexus_mcp._schema import inline_refs
-from nexus_mcp._tools import nexus_tool_name
 
-from nexus_core import ResourceContent, TextContent, ToolResult
+from nexus_core import ToolResult
 
 
 def test_a_schema_without_definitions_is_unchanged() -> None:
@@ -107,6 +108,10 @@ def test_tool_names() -> None:
     assert nexus_tool_name("time", "get_current_time") == "time_get_current_time"
     assert nexus_tool_name("docs", "search.pages v2") == "docs_search_pages_v2"
     assert len(nexus_tool_name("s", "x" * 100)) == 64
+    assert nexus_tool_name("", "create_issue") == "create_issue"  # prefix: ""
+    # what run_code's bindings make of them
+    assert python_name("github_enterprise-create_issue") == python_name("github_enterprise_create_issue")
+    assert python_name("9lives") == "_9lives" and python_name("import") == "import_"
 
 
 def test_results_both_ways(tmp_path: Path) -> None:
@@ -174,3 +179,50 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> No
     assert json.loads(call.stdout)["length"] == 5.0
     served = venv.run("nexus", "--trust-config", "--config", str(config), "mcp", "serve", cwd=tmp_path, input="", timeout=120)
     assert served.returncode == 0 and served.stdout == "", served.stderr  # stdin ended at once: a clean exit
+
+
+def test_loopback_and_the_names_a_bound_address_answers_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_mcp import _http_security as security
+
+    assert all(security.is_loopback(a) for a in ("127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"))
+    assert not any(security.is_loopback(a) for a in ("0.0.0.0", "::", "10.0.0.1", "::ffff:10.0.0.1"))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.2 nexus-alias other-alias  # a comment\n10.1.2.3 elsewhere\nbroken line\n")
+    monkeypatch.setattr(security, "HOSTS_FILE", hosts)
+    # the address, the name it was given as, and the hosts file's names; never another name
+    assert security.local_names("127.0.0.2", "127.0.0.2") == ["127.0.0.2", "nexus-alias", "other-alias"]
+    assert security.local_names("127.0.0.2", "nexus-alias") == ["127.0.0.2", "nexus-alias", "other-alias"]
+    with pytest.raises(security.BindRefused, match="--allow-remote"):
+        security.listen("0.0.0.0", 0, allow_remote=False)
+    with pytest.raises(security.BindRefused, match="does not resolve"):
+        security.listen("no-such-host.invalid", 0, allow_remote=False)
+    sock = security.listen("127.0.0.2", 0, allow_remote=False)
+    try:
+        assert not sock.get_inheritable()  # no child process of a tool holds the port
+        found = security.HttpSecurity.for_socket(sock, given_host="127.0.0.2", token=security.generate_token(),
+                                                 allowed_hosts=["proxy.example"], allowed_origins=["https://app.example"])
+        port = sock.getsockname()[1]
+        assert found.allowed_hosts[0] == f"127.0.0.2:{port}" and "proxy.example" in found.allowed_hosts
+        assert f"http://127.0.0.2:{port}" in found.allowed_origins and "https://app.example" in found.allowed_origins
+        assert found.url == f"http://127.0.0.2:{port}/mcp" and found.loopback
+    finally:
+        sock.close()
+
+
+def test_the_token_verifier() -> None:
+    import anyio
+    from nexus_mcp._http_security import StaticTokenVerifier, checked_token, generate_token
+
+    token = generate_token()
+    assert len(token.value) >= 32 and token.value not in repr(token)
+    verifier = StaticTokenVerifier(token)
+
+    async def check() -> None:
+        access = await verifier.verify_token(token.value)
+        assert access is not None and access.scopes == []
+        for wrong in ("", token.value[:-1], token.value + "x", token.value.upper(), "\udcff"):
+            assert await verifier.verify_token(wrong) is None
+
+    anyio.run(check)
+    with pytest.raises(ValueError, match="^NEXUS_MCP_TOKEN: the token has 3 characters"):
+        checked_token("abc", "NEXUS_MCP_TOKEN")

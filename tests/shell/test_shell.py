@@ -33,7 +33,7 @@ def process_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def wait_until_gone(pid: int, within: float = 2.0) -> bool:
+def wait_until_gone(pid: int, within: float = 30.0) -> bool:  # generous: only a failure waits it out
     end = time.monotonic() + within
     while time.monotonic() < end:
         if process_gone(pid):
@@ -200,11 +200,11 @@ def test_nexus_call_meets_the_gate_for_shell_under_any_name(tmp_path: Path, mode
 # -- timeouts and process groups ------------------------------------------------------------
 
 
-def test_timeout_kills_the_whole_group_within_a_second(shell: Nexus) -> None:
-    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 30", "timeout": 1}))
+def test_timeout_kills_the_whole_group(shell: Nexus) -> None:
+    result = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; sleep 30", "timeout": 5}))
     assert result.output_structured["timed_out"] is True
     assert result.output_structured["exit_code"] is None
-    assert "timed out after 1 s" in result.output
+    assert "timed out after 5 s" in result.output
     child = int(result.output_structured["stdout"].split()[0])
     assert wait_until_gone(child), f"background child {child} survived the timeout"
 
@@ -218,7 +218,11 @@ def test_background_jobs_end_with_the_command(shell: Nexus) -> None:
 
 
 def test_without_pidfd_the_polling_path_behaves_the_same(shell: Nexus, monkeypatch: pytest.MonkeyPatch) -> None:
-    # macOS has no os.pidfd_open; there the exit is found by polling. Same promises.
+    # macOS has no os.pidfd_open, nor a subreaper; there the process group is killed and the
+    # exit is found by polling. Same promises.
+    import nexus_tool_shell._run as run
+
+    monkeypatch.setattr(run, "_why_no_supervisor", lambda: "as on macOS")
     monkeypatch.delattr(os, "pidfd_open", raising=False)
     quick = assert_ok(shell.invoke("shell", {"command": "sleep 100 & echo $!; exit 4", "timeout": 20}))
     assert quick.output_structured["exit_code"] == 4 and quick.output_structured["timed_out"] is False

@@ -26,19 +26,19 @@ def test_a_body_dripped_a_byte_at_a_time_is_cut_off_at_the_timeout(web: Nexus, s
     # a byte every 20 ms: no single read ever waits long, only the deadline can stop it
     result = assert_error(web.invoke("webfetch", {"url": site.url("/drip"), "timeout": 0.5}), kind="failure")
     assert result.error == f"timed out after 0.5 s reading the body of {site.url('/drip')}"
-    assert site.client_gone.wait(5), "the client kept the connection open after the call ended"
+    assert site.client_gone.wait(30), "the client kept the connection open after the call ended"
 
 
 def test_headers_dripped_a_byte_at_a_time_are_cut_off_at_the_timeout(web: Nexus, site: Site) -> None:
     result = assert_error(web.invoke("webfetch", {"url": site.url("/drip-headers"), "timeout": 0.5}))
     assert result.error == f"timed out after 0.5 s waiting for a response from {site.url('/drip-headers')}"
-    assert site.client_gone.wait(5)
+    assert site.client_gone.wait(30)
 
 
 def test_a_server_that_never_answers_is_cut_off_at_the_timeout(web: Nexus, site: Site) -> None:
     result = assert_error(web.invoke("webfetch", {"url": site.url("/stall"), "timeout": 0.3}))
     assert result.error == f"timed out after 0.3 s waiting for a response from {site.url('/stall')}"
-    assert site.client_gone.wait(5)
+    assert site.client_gone.wait(30)
 
 
 def test_the_timeout_covers_all_the_redirects_together(web: Nexus, site: Site) -> None:
@@ -79,7 +79,7 @@ def test_an_endless_body_is_cut_at_max_bytes(web: Nexus, site: Site) -> None:
     assert result.output_structured["truncated"] is True
     assert result.output_structured["content"] == "z" * 100_000
     assert result.output.endswith("\n\n[truncated: the body is longer than max_bytes=100000]")
-    assert site.client_gone.wait(5), "the client went on reading past the cap"
+    assert site.client_gone.wait(30), "the client went on reading past the cap"
 
 
 def test_the_default_cap_comes_from_the_config(nexus_factory: NexusFactory, site: Site) -> None:
@@ -121,7 +121,7 @@ def test_a_gzip_bomb_is_capped_after_decompression_in_little_memory(web: Nexus, 
 def test_compressed_data_that_inflates_to_nothing_is_not_read_for_ever(web: Nexus, site: Site) -> None:
     result = assert_ok(web.invoke("webfetch", {"url": site.url("/empty-members"), "max_bytes": 1000}))
     assert result.output_structured == {**result.output_structured, "content": "", "truncated": True}
-    assert site.client_gone.wait(5)
+    assert site.client_gone.wait(30)
 
 
 def test_corrupt_gzip_is_an_error(web: Nexus, site: Site) -> None:

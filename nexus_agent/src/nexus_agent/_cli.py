@@ -38,7 +38,7 @@ def _open(ctx: click.Context, max_turns: int | None) -> Nexus:
 
 def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
     """A session of this Nexus's agent, or UsageError saying what is missing."""
-    from nexus_core import split_model
+    from nexus_core.llm import ModelError
 
     agent: AgentPlugin | None = nx.plugin(PLUGIN_ID)
     if agent is None:
@@ -49,12 +49,11 @@ def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
         raise UsageError("no model: pass --model provider:model (e.g. openai:gpt-4.1) or set "
                          "`model:` in the config")
     try:
-        provider, _ = split_model(chosen)
+        nx.check_model(chosen)
     except ValueError as exc:
         raise UsageError(f"--model: {exc}" if model else f"model: {exc}") from None
-    if provider not in nx.providers():
-        known = ", ".join(nx.providers()) or "none (pip install nexus-rt-provider-openai, nexus-rt-provider-anthropic or nexus-rt-provider-gemini)"
-        raise UsageError(f"no model provider {provider!r} is installed and active; providers here: {known}")
+    except ModelError as exc:  # no such provider here: the closest one, or what to install
+        raise UsageError(f"--model {chosen}: {exc}" if model else f"model {chosen}: {exc}") from None
     return agent.session(model=chosen, **kwargs)
 
 

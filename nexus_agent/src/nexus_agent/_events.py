@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Literal
 
 import attrs
+from nexus_core.llm import ModelResponse, Usage
 
-from nexus_core import ModelResponse, ToolCall, ToolResult, Usage
+from nexus_core import ToolCall, ToolResult
 
 #: Why a task ended: the model answered without asking for tools ("final_answer"), the turn
 #: limit or the token budget was reached, the person interrupted it, a request gate vetoed a

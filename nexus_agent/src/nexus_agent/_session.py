@@ -22,23 +22,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
+from nexus_core.skills import skills_prompt
+from nexus_core.wire import converter
 
-from nexus_core import (
-    Answer,
-    Message,
-    ModelCall,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    Question,
-    ToolCall,
-    ToolResult,
-    Usage,
-    Veto,
-    converter,
-    skills_prompt,
-    split_model,
-)
+from nexus_core import Answer, Question, ToolCall, ToolResult, Veto
 
 from ._events import (
     AgentEvent,

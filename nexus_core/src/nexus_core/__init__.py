@@ -1,198 +1,49 @@
 """Nexus: a plugin framework for LLM tool use, on pluggy and entry points.
 
 This module is the public surface; everything else in the package is private and may move.
-Names are imported on first use (PEP 562), so `from nexus_core import hookimpl` in a plugin, or
-the `nexus` command line starting up, does not pay for JSON Schema, YAML and cattrs.
+The names are listed once, in `__init__.pyi`: type checkers and IDEs read its imports, and this
+module reads the same file (`lazy_loader.attach_stub`, Scientific Python's SPEC 1) to import
+each name on first use (PEP 562), so `from nexus_core import hookimpl` in a plugin, or the
+`nexus` command line starting up, does not pay for JSON Schema, YAML and cattrs.
+
+Names that moved to a namespace in 0.2 still resolve here for a while, with a
+DeprecationWarning that names their new home (`_MOVED`); type checkers see only the new homes.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import Any
 
-from .hookspecs import hookimpl, hookspec
+import lazy_loader
 
 __version__ = "0.1.0"
 
-#: public name -> the private module that defines it
-_LAZY: dict[str, str] = {
-    "CancelToken": "._cancel",
-    "ConfigError": "._config",
-    "AudioContent": "._content",
-    "Content": "._content",
-    "ImageContent": "._content",
-    "ResourceContent": "._content",
-    "TextContent": "._content",
-    "WireError": "._converter",
-    "converter": "._converter",
-    "from_json": "._converter",
-    "to_json": "._converter",
-    "Message": "._llm",
-    "ModelCall": "._llm",
-    "ModelError": "._llm",
-    "ModelProvider": "._llm",
-    "ModelRequest": "._llm",
-    "ModelResponse": "._llm",
-    "SDKProvider": "._llm",
-    "Usage": "._llm",
-    "split_model": "._llm",
-    "Answer": "._models",
-    "Ask": "._models",
-    "CallContext": "._models",
-    "CodeExecChunk": "._models",
-    "CodeExecRequest": "._models",
-    "CodeExecResult": "._models",
-    "Question": "._models",
-    "Rewrite": "._models",
-    "SkillContent": "._models",
-    "ToolCall": "._models",
-    "ToolDef": "._models",
-    "ToolResult": "._models",
-    "Veto": "._models",
-    "execute": "._native",
-    "native_tool": "._native",
-    "sanitize": "._native",
-    "tool": "._native",
-    "toolkit": "._native",
-    "Nexus": "._nexus",
-    "ToolRegistrationError": "._registry",
-    "failure": "._results",
-    "normalize_result": "._results",
-    "success": "._results",
-    "format_tool_call": ".adapters",
-    "format_tool_result": ".adapters",
-    "parse_tool_call": ".adapters",
-    "parse_tool_calls": ".adapters",
-    "SkillProblem": ".skills",
-    "UnknownSkillError": ".skills",
-    "activate_skill": ".skills",
-    "active_skills": ".skills",
-    "deactivate_skill": ".skills",
-    "list_skills": ".skills",
-    "skill_problems": ".skills",
-    "skill_set": ".skills",
-    "skills_prompt": ".skills",
+_getattr, _dir, __all__ = lazy_loader.attach_stub(__name__, __file__)
+
+#: a name that left the top level -> the namespace that has it now
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(("AudioContent", "Content", "ImageContent", "ResourceContent", "TextContent"),
+                    "nexus_core.content"),
+    **dict.fromkeys(("WireError", "converter", "from_json", "to_json"), "nexus_core.wire"),
+    **dict.fromkeys(("Message", "ModelCall", "ModelError", "ModelProvider", "ModelRequest", "ModelResponse",
+                     "SDKProvider", "Usage", "split_model"), "nexus_core.llm"),
+    **dict.fromkeys(("format_tool_call", "format_tool_result", "parse_tool_call", "parse_tool_calls"),
+                    "nexus_core.adapters"),
+    **dict.fromkeys(("SkillProblem", "UnknownSkillError", "activate_skill", "active_skills", "deactivate_skill",
+                     "list_skills", "skill_problems", "skill_set", "skills_prompt"), "nexus_core.skills"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nexus_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # the next access is a plain global
-    return value
+    home = _MOVED.get(name)
+    if home is None:
+        return _getattr(name)
+    warnings.warn(f"nexus_core.{name} moved to {home}.{name}; import it from there "
+                  "(the old name goes away in a later release)", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
-if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
-    from ._cancel import CancelToken
-    from ._config import ConfigError
-    from ._content import AudioContent, Content, ImageContent, ResourceContent, TextContent
-    from ._converter import WireError, converter, from_json, to_json
-    from ._llm import (
-        Message,
-        ModelCall,
-        ModelError,
-        ModelProvider,
-        ModelRequest,
-        ModelResponse,
-        SDKProvider,
-        Usage,
-        split_model,
-    )
-    from ._models import (
-        Answer,
-        Ask,
-        CallContext,
-        CodeExecChunk,
-        CodeExecRequest,
-        CodeExecResult,
-        Question,
-        Rewrite,
-        SkillContent,
-        ToolCall,
-        ToolDef,
-        ToolResult,
-        Veto,
-    )
-    from ._native import execute, native_tool, sanitize, tool, toolkit
-    from ._nexus import Nexus
-    from ._registry import ToolRegistrationError
-    from ._results import failure, normalize_result, success
-    from .adapters import format_tool_call, format_tool_result, parse_tool_call, parse_tool_calls
-    from .skills import (
-        SkillProblem,
-        UnknownSkillError,
-        activate_skill,
-        active_skills,
-        deactivate_skill,
-        list_skills,
-        skill_problems,
-        skill_set,
-        skills_prompt,
-    )
-
-__all__ = [
-    "Answer",
-    "Ask",
-    "AudioContent",
-    "CallContext",
-    "CancelToken",
-    "CodeExecChunk",
-    "CodeExecRequest",
-    "CodeExecResult",
-    "ConfigError",
-    "Content",
-    "ImageContent",
-    "Message",
-    "ModelCall",
-    "ModelError",
-    "ModelProvider",
-    "ModelRequest",
-    "ModelResponse",
-    "SDKProvider",
-    "Nexus",
-    "Question",
-    "ResourceContent",
-    "Rewrite",
-    "SkillContent",
-    "SkillProblem",
-    "TextContent",
-    "ToolCall",
-    "ToolDef",
-    "ToolRegistrationError",
-    "ToolResult",
-    "UnknownSkillError",
-    "Usage",
-    "Veto",
-    "WireError",
-    "activate_skill",
-    "active_skills",
-    "converter",
-    "deactivate_skill",
-    "execute",
-    "failure",
-    "format_tool_call",
-    "format_tool_result",
-    "from_json",
-    "hookimpl",
-    "hookspec",
-    "list_skills",
-    "native_tool",
-    "normalize_result",
-    "parse_tool_call",
-    "parse_tool_calls",
-    "sanitize",
-    "skill_problems",
-    "skill_set",
-    "skills_prompt",
-    "split_model",
-    "success",
-    "to_json",
-    "tool",
-    "toolkit",
-]
+    return sorted({*_dir(), "__version__"})

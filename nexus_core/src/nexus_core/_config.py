@@ -200,7 +200,8 @@ class NexusConfig:
             explained.sort(key=lambda e: _nearest(self._lines, ("plugins", plugin_id, *e[0])))  # file order
             raise ConfigError([self.problem(("plugins", plugin_id, *path), text) for path, text in explained],
                               self.source)
-        return apply_defaults(schema, section)
+        checked: dict[str, Any] = apply_defaults(schema, section)
+        return checked
 
     def settings_for(self, names: Iterable[str]) -> dict[str, Any]:
         """The `tools:` settings of the tool that answers to `names` (`ToolDef.names`: its name,

@@ -1,23 +1,32 @@
-"""The one cattrs converter for Nexus's wire JSON (CLI output, run_code's pipe, persisted logs).
+"""The one cattrs converter for Nexus's JSON: the wire (CLI output, run_code's pipe, persisted
+logs) and the arguments and results of `@tool` functions.
 
 Input that comes from outside (a call read from JSON, possibly sent by an untrusted script) is
 structured strictly: unknown keys are refused (`forbid_extra_keys`), and JSON scalars are not
 coerced (`"3"` is not an int, `"false"` is not a bool, `"ab"` is not a list of two strings).
 Structuring errors become one message naming each failing field path, e.g.
 `ToolCall.arguments: expected object, got list [1]`.
+
+Besides the models, it reads and writes the types a tool function's hints may name: enums (by
+value), dates, times and datetimes (ISO 8601 text), UUIDs and paths (text), sets (JSON arrays),
+tuples, dataclasses, TypedDicts and unions of JSON scalars (passed through once checked).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import pathlib
 import typing
+import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
 from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.strategies import configure_union_passthrough
 
 from ._content import CONTENT_TAGS, CONTENT_TYPES, Content
 from ._models import ToolCall, ToolDef, ToolResult
@@ -105,7 +114,53 @@ def _literal_hook(tp: Any) -> Callable[[Any, Any], Any]:
     return structure_literal
 
 
-converter.register_structure_hook_factory(lambda tp: typing.get_origin(tp) is typing.Literal, _literal_hook)
+def _is_literal(tp: Any) -> bool:
+    origin: object = typing.get_origin(tp)
+    return origin is typing.Literal
+
+
+converter.register_structure_hook_factory(_is_literal, _literal_hook)
+
+# `int | str` and the like: JSON already made the value one of them; check it and pass it on
+configure_union_passthrough(Union[str, int, float, bool, None], converter)  # noqa: UP007 (a runtime union)
+
+#: types that travel as JSON text, and what the text is expected to be
+_TEXT_TYPES: tuple[tuple[type, str], ...] = (
+    (datetime.datetime, "date and time (ISO 8601)"), (datetime.date, "date (YYYY-MM-DD)"),
+    (datetime.time, "time (HH:MM[:SS])"), (uuid.UUID, "UUID"), (pathlib.PurePath, "path"),
+)
+
+
+def _text_type(tp: Any) -> tuple[type, str] | None:
+    if isinstance(tp, type):
+        for cls, what in _TEXT_TYPES:  # datetime before date, its base class
+            if issubclass(tp, cls):
+                return cls, what
+    return None
+
+
+def _text_hook(tp: Any) -> Callable[[Any, Any], Any]:
+    base, what = _text_type(tp)  # type: ignore[misc]  # the predicate below found one
+    parse: Callable[[str], Any] = tp.fromisoformat if base in (datetime.datetime, datetime.date, datetime.time) else tp
+
+    def structure_text(value: Any, _: Any) -> Any:
+        if not isinstance(value, str):
+            raise _wrong(what, value)
+        try:
+            return parse(value)
+        except ValueError:
+            raise _WrongType(f"expected a {what}, got {short_repr(value)}") from None
+
+    return structure_text
+
+
+converter.register_structure_hook_factory(lambda tp: _text_type(tp) is not None, _text_hook)
+for _moment in (datetime.datetime, datetime.date, datetime.time):
+    converter.register_unstructure_hook(_moment, lambda value: value.isoformat())
+converter.register_unstructure_hook(uuid.UUID, str)
+converter.register_unstructure_hook_func(lambda tp: isinstance(tp, type) and issubclass(tp, pathlib.PurePath), str)
+for _collection in (set, frozenset):  # JSON has arrays
+    converter.register_unstructure_hook(_collection, lambda value: [converter.unstructure(v) for v in value])
 
 
 def _structure_mapping_check(value: Any, _: type) -> dict[str, Any]:
@@ -203,6 +258,19 @@ def _error_lines(exc: cattrs.BaseValidationError, root: str) -> list[str]:
     return lines
 
 
+#: what a structure hook raises for data that does not fit
+STRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    cattrs.BaseValidationError, TypeError, ValueError, KeyError, AttributeError)
+
+
+def explain_structure_error(exc: BaseException, tp: Any, root: str) -> str:
+    """What a structure hook's error `exc` says, as `structure`'s `WireError` words it: each
+    failing path from `root`, and what is wrong there."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(_error_lines(exc, root))
+    return f"{root}: {_describe(exc, tp)}"
+
+
 def unstructure(value: Any) -> Any:
     """A model (or anything holding models) as plain JSON-able data."""
     return converter.unstructure(value)
@@ -212,10 +280,8 @@ def structure(data: Any, cls: type[T]) -> T:
     """Plain data as a model; raises `WireError` naming the failing field paths."""
     try:
         return converter.structure(data, cls)
-    except cattrs.BaseValidationError as exc:
-        raise WireError("; ".join(_error_lines(exc, cls.__name__))) from None
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise WireError(f"{cls.__name__}: {_describe(exc, cls)}") from None
+    except STRUCTURE_ERRORS as exc:
+        raise WireError(explain_structure_error(exc, cls, cls.__name__)) from None
 
 
 def to_json(value: Any, **kwargs: Any) -> str:

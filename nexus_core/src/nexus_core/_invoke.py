@@ -20,8 +20,7 @@ Gate rules (datasette's: deny wins whatever the plugin order):
 - `Ask`s count only in the last round, on the call as it will run: one `Question` carries every
   asking gate's question to the approver (the invoke's, else the parent call's, else the
   Nexus's). A denial is a veto with the person's reason; no approver is a veto too.
-Result gates follow the same rules with a replacement `ToolResult` in place of a `Rewrite`, and
-request gates (`nexus_before_model_request`) with a replacement `ModelRequest`.
+Result gates follow the same rules with a replacement `ToolResult` in place of a `Rewrite`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._cancel import CancelToken
-from ._llm import ModelError, ModelRequest
 from ._models import (
     Answer,
     Ask,
@@ -227,7 +225,7 @@ class Invoker:
                 value = tool.handler(call.arguments, ctx)
             else:
                 value = tool.handler(call.arguments)
-            result = normalize_result(value, call)
+            result = normalize_result(value, call, typed=tool.output_schema is not None)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
         return self._finish(call, result, tool)
@@ -383,41 +381,6 @@ class Invoker:
                                plugins[0])
             result = replacements[0][1]
         return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
-
-    def gate_request(self, request: ModelRequest) -> ModelRequest:
-        """Run the request gates until none replaces the request; raise `ModelError("vetoed")`
-        when one refuses it (same rules as the result gates)."""
-        if "nexus_before_model_request" not in self._pm.implemented:
-            return request
-
-        def refuse(reason: str, plugin: str | None) -> ModelError:
-            by = f" (gate {_quoted(plugin)})" if plugin else ""
-            return ModelError(f"model request vetoed{by}: {reason}", "vetoed", plugin)
-
-        for _ in range(MAX_GATE_ROUNDS):
-            with record_gate_outcomes() as outcomes:
-                try:
-                    values = self._hook.nexus_before_model_request(request=request)
-                except (Exception, SystemExit) as exc:
-                    plugin = _raiser(exc, outcomes)
-                    raise refuse(f"the gate failed ({describe_exception(exc)})", plugin) from exc
-            replacements: list[tuple[str, ModelRequest]] = []
-            for plugin, value in _attributed(values, outcomes):
-                if isinstance(value, Veto):
-                    raise refuse(value.reason, plugin)
-                if isinstance(value, ModelRequest):
-                    value = attrs.evolve(value, id=request.id)  # still the same request
-                    if value != request:
-                        replacements.append((plugin, value))
-                else:
-                    raise refuse(f"the gate returned {type(value).__name__}, not Veto, ModelRequest or None", plugin)
-            if not replacements:
-                return request
-            if any(r != replacements[0][1] for _, r in replacements[1:]):
-                plugins = [p for p, _ in replacements]
-                raise refuse(f"request gates replaced the request in conflicting ways ({_names(plugins)})", plugins[0])
-            request = replacements[0][1]
-        raise refuse(f"request gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
 
     def _finish(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
         result = self._gate_result(call, result, tool)

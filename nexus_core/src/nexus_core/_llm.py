@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 import attrs
 
 from ._cancel import CancelToken
+from ._errors import describe_exception
+from ._hookcalls import GateRules, quoted
+from ._markers import hookimpl
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
-from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from ._nexus import Nexus
@@ -279,12 +281,23 @@ class SDKProvider(Generic[ClientT]):
         return f"<{type(self).__name__} {self.name!r} base_url={self.config.get('base_url')!r}>"
 
 
-class ProviderRegistry:
-    """The providers of one Nexus, by name, with the plugin that registered each."""
+#: the providers this project ships: name -> the distribution that gives it (for the hint when
+#: one of them is asked for and is not here)
+SHIPPED_PROVIDERS = {"openai": "nexus-rt-provider-openai", "anthropic": "nexus-rt-provider-anthropic",
+                     "gemini": "nexus-rt-provider-gemini"}
 
-    def __init__(self) -> None:
+
+class ProviderRegistry:
+    """The providers of one Nexus, by name, with the plugin that registered each.
+
+    `left_out`, when given, returns the plugins that are installed but not loaded here (plugin id
+    -> "inactive", "blocked" or "failed"): an unknown provider's error then says that the plugin
+    is there but not on, rather than to install it."""
+
+    def __init__(self, left_out: Callable[[], dict[str, str]] | None = None) -> None:
         self._providers: dict[str, tuple[ModelProvider, str | None]] = {}
         self._lock = threading.Lock()
+        self._left_out = left_out
 
     def add(self, provider: Any, plugin: str | None) -> ModelProvider:
         name = getattr(provider, "name", None)
@@ -299,7 +312,8 @@ class ProviderRegistry:
                 raise ValueError(f"model provider {name!r} is registered twice: by {other} and by "
                                  f"{plugin or 'the host'}")
             self._providers[name] = (provider, plugin)
-        return provider
+        registered: ModelProvider = provider
+        return registered
 
     def remove_plugin(self, plugin: str) -> None:
         with self._lock:
@@ -314,26 +328,65 @@ class ProviderRegistry:
         """provider name -> the plugin that registered it."""
         return {n: p for n, (_, p) in sorted(self._providers.items())}
 
+    def check(self, spec: str) -> tuple[str, str]:
+        """`split_model(spec)`, and the provider registered: raises ValueError for a spec that is
+        not provider:model, ModelError ("unknown_provider") for a provider that is not here."""
+        provider, model = split_model(spec)
+        if self.get(provider) is None:
+            raise self.unknown(provider)
+        return provider, model
+
     def unknown(self, name: str) -> ModelError:
-        known = sorted(self._providers)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        have = (f"the providers here are {', '.join(map(repr, known))}" if known else
-                "no provider plugin is installed (pip install nexus-rt-provider-openai, "
-                "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
+        """The error for a model naming a provider that is not here: the closest provider (a
+        typo, or the plugin's id given for the provider's name), else how to get it."""
+        with self._lock:
+            known = {n: plugin for n, (_, plugin) in self._providers.items()}
+        # a provider by its name, or by the id of the plugin that registered it
+        # (`nexus.provider.openai:gpt-4.1` is meant as `openai:gpt-4.1`)
+        candidates = {n: n for n in known} | {plugin: n for n, plugin in known.items() if plugin}
+        # 0.75: `opnai` and `ecko` are typos of `openai` and `echo`; `nope` is not of `openai`
+        close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+        hint = f" (did you mean {candidates[close[0]]!r}?)" if close else ""
+        if known:
+            have = f"the providers here are {', '.join(map(repr, sorted(known)))}"
+        else:
+            have = ("no provider plugin is installed (install nexus-rt-provider-openai, "
+                    "nexus-rt-provider-anthropic or nexus-rt-provider-gemini)")
+        if not close and name in SHIPPED_PROVIDERS:
+            plugin = f"nexus.provider.{name}"
+            status = (self._left_out() if self._left_out is not None else {}).get(plugin)
+            if status is not None:
+                have += f"; the plugin {plugin} is installed but {status} (`nexus plugins` says why)"
+            elif known:
+                have += f"; the distribution {SHIPPED_PROVIDERS[name]} gives {name!r}"
         return ModelError(f"no model provider {name!r}{hint}: {have}", "unknown_provider")
 
 
-def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest],
-             providers: ProviderRegistry, request: ModelRequest, call: ModelCall | None) -> ModelResponse:
-    """The path of one model request; see `Nexus.complete`."""
-    from ._plugins import describe_exception
+def _replacement_request(request: ModelRequest, answer: Any) -> ModelRequest | None:
+    # a replacement is still the same request: it keeps the id
+    return attrs.evolve(answer, id=request.id) if isinstance(answer, ModelRequest) else None
 
+
+#: how `nexus_before_model_request`'s answers are read (its rules are every gate's, `_hookcalls`)
+REQUEST_GATES: GateRules[ModelRequest] = GateRules(
+    replace=_replacement_request, same=lambda a, b: a == b, name=lambda plugin: "the gate",
+    gates="request gates", replaced="replaced the request", replacing="replacing",
+    answers="Veto, ModelRequest or None")
+
+
+def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: ModelRequest,
+             call: ModelCall | None) -> ModelResponse:
+    """The path of one model request; see `Nexus.complete`."""
     if not isinstance(request, ModelRequest):
         raise TypeError(f"complete() takes a ModelRequest, not {type(request).__name__}")
     call = call if call is not None else ModelCall(stream=False)
     call.check()
-    request = gate(request)
+    verdict = pm.gate("nexus_before_model_request", REQUEST_GATES, request, lambda r: {"request": r})
+    if verdict.refusal is not None:
+        by = f" (gate {quoted(verdict.by)})" if verdict.by else ""
+        refused = ModelError(f"model request vetoed{by}: {verdict.refusal}", "vetoed", verdict.by)
+        raise refused from verdict.raised
+    request = verdict.subject
     provider = providers.get(request.provider)
     if provider is None:
         raise providers.unknown(request.provider)
@@ -349,24 +402,5 @@ def complete(pm: NexusPluginManager, gate: Callable[[ModelRequest], ModelRequest
         raise ModelError(f"provider {request.provider!r} failed: {describe_exception(exc)}") from exc
     if not isinstance(response, ModelResponse):
         raise ModelError(f"provider {request.provider!r} returned {type(response).__name__}, not a ModelResponse")
-    if "nexus_model_response" in pm.implemented:
-        try:
-            pm.hook.nexus_model_response(request=request, response=response)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_model_response raised (request %s)", request.id)
+    pm.notify("nexus_model_response", request=request, response=response)
     return response
-
-
-__all__ = [
-    "Message",
-    "ModelCall",
-    "ModelError",
-    "ModelProvider",
-    "ModelRequest",
-    "ModelResponse",
-    "ProviderRegistry",
-    "SDKProvider",
-    "Usage",
-    "complete",
-    "split_model",
-]

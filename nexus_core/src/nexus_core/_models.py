@@ -1,4 +1,4 @@
-"""The framework's own models: tools, calls, results, vetoes, skills and code.exec payloads.
+"""The framework's own models: tools, calls, results, vetoes, questions and skills.
 
 All are attrs classes. Values that cross a boundary (a call handed to gates, a result handed to
 observers) are frozen, so no plugin can change what another plugin sees; gates change a call by
@@ -237,35 +237,3 @@ class SkillContent:
     path: str = ""
     resources: tuple[str, ...] = ()
     metadata: JSONObject = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class CodeExecRequest:
-    """Payload of `nexus_code_exec_request`: a run_code script about to run."""
-
-    call_id: str
-    script: str
-    session_dir: str | None = None
-
-
-@attrs.frozen
-class CodeExecChunk:
-    """Payload of `nexus_code_exec_stdout`: output the script wrote while running."""
-
-    call_id: str
-    data: str
-    stream: Literal["stdout", "stderr"] = "stdout"
-    final: bool = False
-
-
-@attrs.frozen
-class CodeExecResult:
-    """Payload of `nexus_code_exec_result`: how a run_code script ended."""
-
-    call_id: str
-    stdout: str = ""
-    result: Any = None
-    error: str | None = None
-    stdout_truncated: bool = False
-    duration_seconds: float = 0.0
-    tool_calls: int = 0

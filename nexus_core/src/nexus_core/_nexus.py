@@ -20,6 +20,7 @@ from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
 from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
 from ._models import Answer, ErrorKind, Question, ToolCall, ToolDef, ToolResult
+from ._plugin import SettingError
 from ._plugins import (
     Phase,
     PluginFailure,
@@ -75,10 +76,11 @@ class Nexus:
         self.config = config if isinstance(config, NexusConfig) else load_config(config)
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
-        self._pm = new_plugin_manager()
+        self._pm, hookspec_failures = new_plugin_manager()
         self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
                                       prepare=self._apply_tool_settings)
-        self._providers = ProviderRegistry()
+        self._providers = ProviderRegistry(
+            left_out=lambda: {i.name: i.status for i in self.plugins() if i.status != "active"})
         #: who answers when a gate asks or the question tool asks, unless an invoke names its own
         self.approver: Approver | None = approver
         self._invoker = Invoker(self, self._pm, self._registry)
@@ -91,6 +93,8 @@ class Nexus:
         self._sections: dict[str, dict[str, Any]] = {}
         #: plugins whose nexus_configure was called, in order: the ones nexus_shutdown is owed to
         self._started: list[str] = []
+        for failure in hookspec_failures:
+            self._report(failure)
 
         installed = self._load_installed() if autoload else {ep.name for ep in installed_entry_points()}
         host = [self._pm_register_host(plugin) for plugin in plugins]
@@ -228,7 +232,7 @@ class Nexus:
                     # the user's config is wrong (a setting only the plugin could check, such as
                     # a ${VAR} that is not set): a config error like any other, not a broken plugin
                     self._stop(name)
-                    problems.extend(exc.problems)
+                    problems.extend(self._setting_problems(name, exc))
                     break
                 except Exception as exc:
                     if name in strict:
@@ -238,6 +242,14 @@ class Nexus:
                     break
         if problems:
             raise ConfigError(problems, self.config.source)
+
+    def _setting_problems(self, plugin: str, exc: ConfigError) -> list[str]:
+        """A plugin's ConfigError as the config's problems: a `SettingError` names its key as
+        `plugins.<id>.<key>`, with the file and line."""
+        if isinstance(exc, SettingError):
+            path, text = exc.problem_in(plugin)
+            return [self.config.problem(path, text)]
+        return list(exc.problems)
 
     def _register_for(self, plugin: str) -> Callable[..., ToolDef]:
         def register(tool: Any, name: str | None = None) -> ToolDef:
@@ -255,16 +267,17 @@ class Nexus:
         return attrs.evolve(tool, exposure=exposure) if exposure and exposure != tool.exposure else tool
 
     def _announce(self, tool: ToolDef) -> None:
-        try:
-            self._pm.hook.nexus_tool_register(tool=tool)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_register raised (tool %s)", tool.name)
+        self._pm.notify("nexus_tool_register", tool=tool)
 
     def _announce_removal(self, tool: ToolDef) -> None:
-        try:
-            self._pm.hook.nexus_tool_unregister(tool=tool)
-        except Exception:  # only a hook wrapper can get here: observers are contained
-            log.exception("a hook wrapper of nexus_tool_unregister raised (tool %s)", tool.name)
+        self._pm.notify("nexus_tool_unregister", tool=tool)
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        """Tell the observers of `hook` (an observer hook, the core's or a package's) of an event:
+        each implementation runs, in pluggy's order, and one that raises is logged, naming its
+        plugin, while the others still run. A plugin that fires its own package's hooks calls
+        this (run_code does); `nx.hook.<name>(...)` is pluggy's plain call, uncontained."""
+        self._pm.notify(hook, **kwargs)
 
     def plugin_config(self, plugin: str) -> dict[str, Any]:
         """A plugin's validated config section, defaults applied ({} for an unknown plugin)."""
@@ -430,11 +443,19 @@ class Nexus:
         response to the observers. `call` carries streamed text and cancellation (default: no
         streaming). Raises `ModelError`: "vetoed" by a gate, "unknown_provider", "cancelled",
         or "failed" (the provider got no answer)."""
-        return complete(self._pm, self._invoker.gate_request, self._providers, request, call)
+        return complete(self._pm, self._providers, request, call)
 
     def providers(self) -> dict[str, str | None]:
         """The registered model providers: name -> the plugin that registered it."""
         return self._providers.names()
+
+    def check_model(self, model: str) -> tuple[str, str]:
+        """`"openai:gpt-4.1"` -> `("openai", "gpt-4.1")`, once its provider is known to be
+        registered here. Raises ValueError for a string that is not provider:model, and
+        `ModelError` ("unknown_provider") for a provider that is not here, with the closest one
+        (`opnai` -> did you mean 'openai'?) or what to install. A front end calls it before
+        it starts, to fail with that message rather than at the first model request."""
+        return self._providers.check(model)
 
     def schemas(self, format: str = "openai", *, code_only: bool = False, **options: Any) -> Any:
         """The tools a model calls directly, in an LLM provider's format: "openai",
@@ -446,8 +467,7 @@ class Nexus:
         the config gives them `allowed_callers` (a provider's own code execution calls them) or
         `code_only=True` asks for every tool. For the formats that have `allowed_callers`, the
         config's `tools.<name>.allowed_callers` is sent unless `allowed_callers=` is given."""
-        from .adapters import to_provider_schemas
-        from .adapters._declare import _OPTION_FORMATS as OPTION_FORMATS
+        from .adapters import OPTION_FORMATS, to_provider_schemas
 
         tools = self.model_tools(code_only=code_only)
         if "allowed_callers" not in options and format in OPTION_FORMATS["allowed_callers"]:

@@ -7,6 +7,14 @@ loaded on its own: one that fails to import or to be made, fails pluggy's valida
 that does not exist, or raises while configuring is recorded as a `PluginFailure` and left out;
 the rest keep working.
 
+A package may bring hooks of its own (pytest's `pytest_addhooks` is the model): an entry point
+in the group `nexus.hookspecs` names a module of `@hookspec(kind=...)` functions. Every plugin
+manager adds the core's hookspecs and then every installed package's, before any plugin is
+registered, so a plugin may implement a package's hook in any order and whether or not that
+package's plugin is active; a hookimpl of a package that is not installed matches no hook and is
+refused like a typo. A hookspec module that fails to import is recorded as a failure of its
+entry point's name (phase "hookspecs").
+
 Environment switches (pytest and tox have the same three):
 - `NEXUS_DISABLE_PLUGIN_AUTOLOAD=1`: load no entry point unless `plugins.active` names it.
 - `NEXUS_BLOCK_PLUGINS=a,b`: never load these plugin ids (adds to `plugins.blocked`).
@@ -24,14 +32,17 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 import pluggy
 
 from . import hookspecs
+from ._errors import describe_exception as describe_exception  # where the core has always found it
+from ._hookcalls import GateRules, HookCalls, Verdict
+from ._markers import PROJECT, hook_kind
 
 log = logging.getLogger("nexus_core")
 # A library logs, the application decides where it goes: without this, Python's last-resort
@@ -39,11 +50,14 @@ log = logging.getLogger("nexus_core")
 log.addHandler(logging.NullHandler())
 
 ENTRY_POINT_GROUP = "nexus.plugins"
+#: the entry points that name a package's own hookspec modules
+HOOKSPECS_GROUP = "nexus.hookspecs"
 ENV_DISABLE_AUTOLOAD = "NEXUS_DISABLE_PLUGIN_AUTOLOAD"
 ENV_BLOCK = "NEXUS_BLOCK_PLUGINS"
 ENV_TRACE = "NEXUS_TRACE_HOOKS"
 
-Phase = Literal["import", "create", "validate", "config", "configure", "register_tools", "register_providers"]
+Phase = Literal["hookspecs", "import", "create", "validate", "config", "configure", "register_tools",
+                "register_providers"]
 
 
 @attrs.frozen
@@ -76,29 +90,6 @@ def env_flag(name: str) -> bool:
 
 def env_list(name: str) -> list[str]:
     return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
-
-
-#: Hooks whose implementations only observe. Each implementation runs contained: one that
-#: raises is logged (naming its plugin) and the others still run, so one broken observer
-#: cannot silence the rest (pluggy itself stops a hook call at the first exception).
-OBSERVER_HOOKS = frozenset({
-    "nexus_tool_register",
-    "nexus_tool_unregister",
-    "nexus_tool_invoke",
-    "nexus_tool_result",
-    "nexus_skill_loaded",
-    "nexus_skill_deactivate",
-    "nexus_code_exec_request",
-    "nexus_code_exec_stdout",
-    "nexus_code_exec_result",
-    "nexus_ask_start",
-    "nexus_ask_end",
-    "nexus_model_response",
-})
-
-#: Hooks whose implementations decide (veto, rewrite, replace). Their outcomes and exceptions
-#: are attributed to the plugin that produced them, so messages can name it.
-GATE_HOOKS = frozenset({"nexus_before_tool_invoke", "nexus_before_tool_result", "nexus_before_model_request"})
 
 
 @attrs.frozen
@@ -161,21 +152,72 @@ def _attribute_gate(impl: pluggy.HookImpl) -> Callable[..., Any]:
     return attributed
 
 
+S = TypeVar("S")
+
+
 class NexusPluginManager(pluggy.PluginManager):
-    """pluggy's manager, with observer implementations contained and gate implementations
-    attributed (see `OBSERVER_HOOKS`, `GATE_HOOKS`). Both still run through pluggy's own hook
-    call, so ordering, wrappers, tracing and monitoring behave as usual; hook wrappers themselves
-    are left as they are (an exception in one ends that hook call, as in pluggy)."""
+    """pluggy's manager, plus the two ways Nexus calls a hook by its kind (`_hookcalls`):
+    `notify` for an observer hook (each implementation contained), `gate` for a gate hook
+    (rounds, veto, replacement, ask, conflicts, each answer attributed). Other hooks are
+    called as pluggy calls them."""
 
     def __init__(self) -> None:
-        super().__init__(hookspecs.PROJECT)
+        super().__init__(PROJECT)
         #: the hooks that have at least one implementation (or all of them while tracing): the
         #: invocation path skips calling the others, which on the per-call path adds up
         self.implemented: frozenset[str] = frozenset()
+        self._calls = HookCalls(self)
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        """Call the observer hook `hook` with `kwargs`: every implementation runs, in pluggy's
+        order; one that raises is logged, naming its plugin, and the others still run. Costs a
+        dict lookup when nothing implements it. Raises ValueError for a hook that is no
+        observer (its failures must not be swallowed)."""
+        if hook not in self.implemented:
+            return
+        self._check_kind(hook, "observer")
+        self._calls.notify(hook, kwargs)
+
+    def gate(self, hook: str, rules: GateRules[S], subject: S, kwargs: Callable[[S], Mapping[str, Any]],
+             approve: Callable[[S, tuple[tuple[str, Any], ...]], tuple[Any, str | None]] | None = None) -> Verdict[S]:
+        """Run the gate hook `hook` on `subject` (see `_hookcalls`): the `Verdict` says what goes
+        on, or why not and which plugin said so. `nexus_gate_decision` observers hear of each
+        decision. Raises ValueError for a hook that is no gate."""
+        if hook not in self.implemented:
+            return Verdict(subject)
+        self._check_kind(hook, "gate")
+        return self._calls.gate(hook, rules, subject, kwargs, approve)
+
+    def _check_kind(self, hook: str, kind: str) -> None:
+        if self.kind(hook) != kind:
+            raise ValueError(f"{hook} is not an {kind} hook (its spec declares {self.kind(hook) or 'no kind'})")
+
+    def add_hookcall_monitoring(self, before: Any, after: Any) -> Callable[[], None]:
+        # monitoring (and tracing, built on it) sees every call: notify and gate go through pluggy
+        undo = super().add_hookcall_monitoring(before, after)
+        self._calls.monitored = True
+
+        def undo_monitoring() -> None:
+            undo()
+            self._calls.monitored = False
+
+        return undo_monitoring
+
+    def hook_names(self) -> list[str]:
+        """Every hook that has a spec here: the core's and the installed packages'."""
+        return sorted(name for name, caller in vars(self.hook).items()
+                      if isinstance(caller, pluggy.HookCaller) and caller.has_spec())
+
+    def kind(self, hook: str) -> str | None:
+        """The kind the hook's spec declares ("observer", "gate", ...), or None."""
+        caller = getattr(self.hook, hook, None)
+        spec = caller.spec if isinstance(caller, pluggy.HookCaller) else None
+        return hook_kind(spec.function) if spec is not None else None
 
     def _refresh_implemented(self) -> None:
+        self._calls.refresh()
         if env_flag(ENV_TRACE):
-            self.implemented = frozenset(name for name in dir(hookspecs) if name.startswith("nexus_"))
+            self.implemented = frozenset(self.hook_names())
             return
         self.implemented = frozenset(
             name for name, caller in vars(self.hook).items()
@@ -193,25 +235,51 @@ class NexusPluginManager(pluggy.PluginManager):
         if registered is None:
             return None
         for caller in self.get_hookcallers(plugin) or []:
-            if caller.name not in OBSERVER_HOOKS and caller.name not in GATE_HOOKS:
+            kind = hook_kind(caller.spec.function) if caller.spec is not None else None
+            if kind not in ("observer", "gate"):
                 continue
             for impl in caller.get_hookimpls():
                 if impl.plugin is not plugin or impl.wrapper or impl.hookwrapper:
                     continue
-                if caller.name in OBSERVER_HOOKS:
+                if kind == "observer":
                     impl.function = _contain_observer(impl, caller.name)  # type: ignore[misc]
                 else:
                     impl.function = _attribute_gate(impl)  # type: ignore[misc]
         return registered
 
 
-def new_plugin_manager() -> NexusPluginManager:
+def installed_hookspecs() -> list[EntryPoint]:
+    """The `nexus.hookspecs` entry points: one module of hookspecs each, by entry name."""
+    seen: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=HOOKSPECS_GROUP):
+        seen.setdefault(ep.name, ep)
+    return sorted(seen.values(), key=lambda ep: ep.name)
+
+
+def add_package_hookspecs(pm: pluggy.PluginManager) -> list[PluginFailure]:
+    """Add the hookspecs of every installed package; each module that cannot be imported or
+    added (a hook another package specifies already) is returned as a failure."""
+    failures = []
+    for ep in installed_hookspecs():
+        try:
+            pm.add_hookspecs(ep.load())
+        except BaseException as exc:  # an import may raise anything, SystemExit included
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failures.append(PluginFailure(ep.name, "hookspecs", describe_exception(exc), traceback.format_exc()))
+    return failures
+
+
+def new_plugin_manager() -> tuple[NexusPluginManager, list[PluginFailure]]:
+    """A plugin manager with every hookspec (the core's, then the installed packages'), and the
+    hookspec modules that failed."""
     pm = NexusPluginManager()
     pm.add_hookspecs(hookspecs)
+    failures = add_package_hookspecs(pm)
     if env_flag(ENV_TRACE):
         pm.trace.root.setwriter(lambda text: sys.stderr.write(text))
         pm.enable_tracing()
-    return pm
+    return pm, failures
 
 
 def installed_entry_points() -> list[EntryPoint]:
@@ -220,11 +288,6 @@ def installed_entry_points() -> list[EntryPoint]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         seen.setdefault(ep.name, ep)
     return sorted(seen.values(), key=lambda ep: ep.name)
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, pluggy.HookImpl]]:
@@ -240,7 +303,7 @@ def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, p
     return sorted(bad, key=lambda pair: pair[0])
 
 
-def register_checked(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+def register_checked(pm: NexusPluginManager, plugin: object, name: str) -> None:
     """Register `plugin`, then refuse it (unregistered again) if a hookimpl matches no hook.
     Raises `pluggy.PluginValidationError` naming the plugin, the hook, the closest real hook
     name and where the hookimpl is defined. Registering one plugin object twice is a
@@ -255,10 +318,11 @@ def register_checked(pm: pluggy.PluginManager, plugin: object, name: str) -> Non
     if bad:
         pm.unregister(plugin)
         lines = []
+        known = pm.hook_names()
         for hook, impl in bad:
-            known = [n for n in dir(hookspecs) if n.startswith(f"{hookspecs.PROJECT}_")]
             close = difflib.get_close_matches(hook, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else " (nexus_core.hookspecs lists the hooks)"
+            hint = f" (did you mean {close[0]!r}?)" if close else (
+                " (nexus_core.hookspecs lists the core's hooks; a package's own hooks exist where it is installed)")
             line = f"Plugin {name!r}: hookimpl {hook!r} matches no nexus hook{hint}"
             code = getattr(inspect.unwrap(impl.function), "__code__", None)
             if code is not None:
@@ -383,7 +447,7 @@ def static_hookimpl(obj: object, hook: str) -> Callable[..., Any] | None:
     function, a class's staticmethod or classmethod, an object's method. None when `obj` has
     no hookimpl of that name (a factory function cannot have one). A class whose hookimpl is a
     plain method, which needs an instance, is a TypeError saying how to declare it."""
-    marker = f"{hookspecs.PROJECT}_impl"
+    marker = f"{PROJECT}_impl"
     if inspect.isclass(obj):
         raw = inspect.getattr_static(obj, hook, None)
         if raw is None:
@@ -394,14 +458,15 @@ def static_hookimpl(obj: object, hook: str) -> Callable[..., Any] | None:
         if not isinstance(raw, (staticmethod, classmethod)):
             raise TypeError(f"{obj.__qualname__}.{hook} is called before any Nexus (so without an "
                             "instance): make it a @staticmethod (above @hookimpl)")
-        return getattr(obj, hook)
+        bound: Callable[..., Any] = getattr(obj, hook)
+        return bound
     if is_factory(obj):
         return None
     function = getattr(obj, hook, None)
     return function if callable(function) and hasattr(function, marker) else None
 
 
-def load_entry_point(pm: pluggy.PluginManager, ep: EntryPoint, nexus: Any) -> PluginFailure | None:
+def load_entry_point(pm: NexusPluginManager, ep: EntryPoint, nexus: Any) -> PluginFailure | None:
     """Import one entry point, make this Nexus's plugin object from it, and register that; a
     failure is returned, not raised."""
     try:

@@ -23,6 +23,7 @@ import attrs
 
 from ._models import ToolDef
 from ._schema import ArgumentValidator, SchemaError, compile_schema
+from ._tool import tool
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -49,9 +50,8 @@ def as_tooldef(obj: Any) -> ToolDef:
     if isinstance(described, ToolDef):
         return described
     if callable(obj):
-        from ._native import tool as describe
-
-        return describe(obj).__nexus_tool__
+        inferred: ToolDef = tool(obj).__nexus_tool__
+        return inferred
     raise ToolRegistrationError(
         f"cannot register {obj!r} as a tool: expected a ToolDef or a function described by @tool"
     )

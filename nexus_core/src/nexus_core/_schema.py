@@ -193,7 +193,7 @@ def _linear(cls: type[Validator]) -> type[Validator]:
 
     keywords = {"pattern": pattern, "patternProperties": pattern_properties,
                 "additionalProperties": additional_properties}
-    return cast("type[Validator]", jsonschema.validators.extend(
+    return cast("type[Validator]", jsonschema.validators.extend(  # type: ignore[no-untyped-call]
         cls, {k: v for k, v in keywords.items() if k in cls.VALIDATORS}))
 
 
@@ -310,7 +310,6 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
 
 __all__ = [
     "SchemaError",
-    "ValidationError",
     "apply_defaults",
     "compile_schema",
     "describe_error",

@@ -42,7 +42,8 @@ class _BoundedLoader(yaml.SafeLoader):
         try:
             if self._depth > self.max_depth:
                 raise YAMLLimitError(f"lists and mappings nest more than {self.max_depth} levels deep here, "
-                                     "the deepest Nexus reads", self.peek_event().start_mark)
+                                     "the deepest Nexus reads",
+                                     self.peek_event().start_mark)  # type: ignore[no-untyped-call]  # PyYAML's stubs
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

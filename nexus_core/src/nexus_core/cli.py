@@ -23,7 +23,9 @@ import functools
 import json
 import logging
 import os
+import shutil
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -214,7 +216,8 @@ Documentation: {DOCS_URL}"""
 
 
 @click.group(cls=NexusGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(version=_version(), prog_name="nexus", message="%(prog)s (nexus-rt-core) %(version)s")
+@click.version_option(_version(), "-V", "--version", prog_name="nexus",
+                      message="%(prog)s (nexus-rt-core) %(version)s")
 @click.option("--config", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               expose_value=False, is_eager=True, callback=_store_global,
               help="A YAML config file (default: $NEXUS_CONFIG, else ./nexus.yaml when it exists).")
@@ -234,7 +237,40 @@ def cli(ctx: click.Context) -> None:
 
 
 def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+    return text.strip().splitlines()[0].rstrip() if text.strip() else ""
+
+
+def _columns(char: str) -> int:
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 0 if unicodedata.combining(char) else 1
+
+
+def _fit(line: str, width: int) -> str:
+    """`line` cut to `width` terminal columns, ending in "…" where it was cut."""
+    if sum(map(_columns, line)) <= width:
+        return line
+    used, kept = 0, []
+    for char in line:
+        used += _columns(char)
+        if used > width - 1:
+            break
+        kept.append(char)
+    return "".join(kept).rstrip() + "…"
+
+
+def _terminal_width(whole: bool) -> int | None:
+    """The width to cut listing lines to: the terminal's when stdout is one, else None (a pipe,
+    a file or `--long` gets every line whole)."""
+    if whole or not sys.stdout.isatty():
+        return None
+    return max(shutil.get_terminal_size().columns, 20)
+
+
+def _complete_tool_name(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Tab completion of a tool's name: the installed plugins' tools, no config read and no
+    process started (see `_completion`)."""
+    from ._completion import complete_tool_name
+
+    return complete_tool_name(incomplete)
 
 
 def _dump(value: Any) -> None:
@@ -301,13 +337,16 @@ def _unknown_tool(nx: Nexus, name: str) -> str:
 
 @cli.command("tools", epilog="""\b
 Examples:
-  nexus tools              one line per tool
+  nexus tools              one line per tool, cut to the terminal's width
+  nexus tools -l           the same, each line whole
   nexus tools read         the read tool's description and arguments
   nexus tools --json       every definition, schemas included""")
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=_complete_tool_name)
 @click.option("--json", "as_json", is_flag=True, help="Print full tool definitions as JSON.")
+@click.option("-l", "--long", "whole", is_flag=True,
+              help="Print each line whole (on a terminal, lines are cut to its width).")
 @pass_nexus
-def cmd_tools(nx: Nexus, name: str | None, as_json: bool) -> int:
+def cmd_tools(nx: Nexus, name: str | None, as_json: bool, whole: bool) -> int:
     """List the registered tools, or show one: its description, arguments and result fields."""
     if name is not None:
         tool = nx.tool(name)
@@ -326,8 +365,10 @@ def cmd_tools(nx: Nexus, name: str | None, as_json: bool) -> int:
         click.echo("no tools registered (nexus plugins shows what is installed)")
         return EXIT_OK
     width = max(len(t.name) for t in tools)
+    columns = _terminal_width(whole)
     for t in tools:
-        click.echo(f"{t.name:<{width}}  {t.plugin or '(host)':<22}  {_first_line(t.description)}")
+        line = f"{t.name:<{width}}  {t.plugin or '(host)':<22}  {_first_line(t.description)}"
+        click.echo(line if columns is None else _fit(line, columns))
     return EXIT_OK
 
 
@@ -348,7 +389,7 @@ Examples:
   nexus call shell '{"command": "ls"}'
   echo '{"path": "README.md"}' | nexus call read -
   nexus call read '{"path": "x"}' --json     the whole result, errors included""")
-@click.argument("tool")
+@click.argument("tool", shell_complete=_complete_tool_name)
 @click.argument("args_json", metavar="ARGS_JSON", default="{}")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @pass_nexus
@@ -630,13 +671,19 @@ def add_plugin_commands(group: click.Group) -> list[str]:
     return warnings
 
 
+#: set by the shell when it asks for completions (click's `_{PROG}_COMPLETE`; docs/cli.md)
+COMPLETE_VAR = "_NEXUS_COMPLETE"
+
+
 def build_cli() -> click.Group:
     """The `nexus` group with every installed plugin's commands added (once per process)."""
     global _commands_added
     if not _commands_added:
         _commands_added = True
-        for warning in add_plugin_commands(cli):
-            click.echo(f"nexus: warning: {warning}", err=True)
+        warnings = add_plugin_commands(cli)
+        if not os.environ.get(COMPLETE_VAR):  # a Tab must not print into the person's prompt
+            for warning in warnings:
+                click.echo(f"nexus: warning: {warning}", err=True)
     return cli
 
 
@@ -652,10 +699,11 @@ def _quiet_broken_pipe() -> None:
 
 
 def _asks_only_for_the_version(args: Sequence[str]) -> bool:
-    """`nexus [--config F] [--workspace D] --version`: no plugin's command is needed for that."""
+    """`nexus [--config F] [--workspace D] --version` (or `-V`): no plugin's command is needed
+    for that."""
     i = 0
     while i < len(args) and args[i].startswith("-"):
-        if args[i] == "--version":
+        if args[i] in ("--version", "-V"):
             return True
         i += 2 if args[i] in ("--config", "--workspace") else 1
     return False
@@ -684,7 +732,7 @@ def _main(argv: Sequence[str] | None) -> int:
     group = cli if _asks_only_for_the_version(args) else build_cli()
     try:
         try:
-            result = group.main(args=args, prog_name="nexus", standalone_mode=False)
+            result = group.main(args=args, prog_name="nexus", complete_var=COMPLETE_VAR, standalone_mode=False)
         except click.exceptions.Exit as exc:  # --help, --version
             return int(exc.exit_code)
         except click.ClickException as exc:
@@ -718,4 +766,5 @@ if __name__ == "__main__":  # `python -m nexus_core.cli`: run the importable cop
     _run()
 
 
-__all__ = ["CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus", "print_result"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus",
+           "print_result", "run"]

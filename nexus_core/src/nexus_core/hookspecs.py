@@ -4,9 +4,11 @@ Plugins implement these with `@nexus_core.hookimpl`. Every hook is called with k
 and a hookimpl may accept any subset of them (pluggy's rule). The reference with examples is
 docs/hooks.md; a meta-test fails when a hook here is missing from it.
 
-Observer hooks (the ones whose return value is ignored and that fire per event) are contained:
-an implementation that raises is logged, naming its plugin, and the other implementations
-still run. Hook wrappers are not contained.
+Each hook declares its kind (`@hookspec(kind=...)`, see `_markers`): observer hooks are
+contained (an implementation that raises is logged, naming its plugin, and the other
+implementations still run; hook wrappers are not contained), gate hooks attribute every answer
+to its plugin and fail closed. A package may bring hooks of its own: see `_plugins`
+(entry-point group `nexus.hookspecs`); run_code's `nexus_code_exec_*` hooks are its package's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from ._markers import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     import click
@@ -23,9 +25,6 @@ if TYPE_CHECKING:
     from ._models import (
         Answer,
         Ask,
-        CodeExecChunk,
-        CodeExecRequest,
-        CodeExecResult,
         Question,
         Rewrite,
         SkillContent,
@@ -34,17 +33,16 @@ if TYPE_CHECKING:
         ToolResult,
         Veto,
     )
+    from ._hookcalls import GateDecision
     from ._nexus import Nexus
 
-PROJECT = "nexus"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
+__all__ = ["PROJECT", "hookimpl", "hookspec"]  # and the hookspecs below
 
 
 # -- contribution and lifecycle -------------------------------------------------------------
 
 
-@hookspec
+@hookspec(kind="contribution")
 def nexus_config_schema() -> dict[str, Any] | None:
     """Return the JSON Schema (an object schema) of this plugin's section of the config.
 
@@ -57,7 +55,7 @@ def nexus_config_schema() -> dict[str, Any] | None:
     """
 
 
-@hookspec
+@hookspec(kind="lifecycle")
 def nexus_configure(config: dict[str, Any], nexus: Nexus) -> None:
     """Receive this plugin's validated config section (defaults applied) before any tool runs.
 
@@ -70,7 +68,7 @@ def nexus_configure(config: dict[str, Any], nexus: Nexus) -> None:
     """
 
 
-@hookspec
+@hookspec(kind="contribution")
 def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     """Contribute tools by calling `register(tool)` with a `ToolDef` or an `@tool` function.
 
@@ -79,7 +77,7 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     """
 
 
-@hookspec
+@hookspec(kind="lifecycle")
 def nexus_shutdown(nexus: Nexus) -> None:
     """Release what the plugin holds (processes, files). Called once for each plugin whose
     `nexus_configure` ran: when the Nexus closes (last started first), or earlier when the
@@ -87,7 +85,7 @@ def nexus_shutdown(nexus: Nexus) -> None:
     is logged and the others still shut down."""
 
 
-@hookspec
+@hookspec(kind="contribution")
 def nexus_doctor(nexus: Nexus) -> list[str] | None:
     """Report, for `nexus doctor`, what this plugin needs from the machine and whether it has
     it: return lines of text (e.g. one per sandbox layer, "active" or "unavailable: why"), or
@@ -99,21 +97,21 @@ def nexus_doctor(nexus: Nexus) -> list[str] | None:
 # -- tools ----------------------------------------------------------------------------------
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_tool_register(tool: ToolDef) -> None:
     """Observe a tool entering the registry, at start and whenever one is added later
     (a plugin registered later sees only the tools added after it). The return value is
     ignored."""
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_tool_unregister(tool: ToolDef) -> None:
     """Observe a tool leaving the registry (`Nexus.remove_tool`, or its plugin unregistered or
     dropped), after it is gone. A tool swapped in place by `Nexus.replace_tool` is not removed:
     `nexus_tool_register` sees the new definition. The return value is ignored."""
 
 
-@hookspec
+@hookspec(kind="gate")
 def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | Ask | None:
     """Gate a call before its arguments are validated and its handler runs.
 
@@ -135,14 +133,14 @@ def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | 
     """
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_tool_invoke(call: ToolCall, tool: ToolDef) -> None:
     """Observe a call that passed the gates and validation, just before its handler runs
     (`tool`: the canonical `ToolDef`, also for a call made by an alias). The return value is
     ignored."""
 
 
-@hookspec
+@hookspec(kind="gate")
 def nexus_before_tool_result(call: ToolCall, result: ToolResult, tool: ToolDef | None) -> Veto | ToolResult | None:
     """Gate a result before anyone sees it.
 
@@ -158,32 +156,31 @@ def nexus_before_tool_result(call: ToolCall, result: ToolResult, tool: ToolDef |
     """
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_tool_result(call: ToolCall, result: ToolResult, tool: ToolDef | None) -> None:
     """Observe the final result of every call, errors included. `tool` is the canonical
     `ToolDef` (whatever name the call used), or None for a call to no registered tool. The
     return value is ignored; an exception is logged and does not change the result."""
 
 
-@hookspec(firstresult=True)
+@hookspec(kind="contribution", firstresult=True)
 def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> str | None:
     """Answer a `question` tool call for the user: return the answer's text, or None to leave it
     to another plugin. Stops at the first non-None result; when no plugin answers, the question
     comes back as a pending result the host can resume."""
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_ask_start(question: Question) -> None:
     """Observe a person being asked (an approval a gate's `Ask` wants, or the `question` tool),
     before the approver is called; the asking call waits until `nexus_ask_end`. `question.chain`
     holds the calls in flight it comes through (a run_code script's inner call: the run_code
-    call). A plugin that
-    runs scripts under a deadline (run_code) uses the pair to stop the clock of the script whose
-    inner call waits (`question.call.parent_call_id`). The return value is ignored; an exception
-    is logged and the person is still asked."""
+    call). A plugin that runs scripts under a deadline (run_code) uses the pair to stop the
+    clock of the script whose inner call waits (`question.call.parent_call_id`). The return
+    value is ignored; an exception is logged and the person is still asked."""
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_ask_end(question: Question, answer: Answer) -> None:
     """Observe the person's answer (also a denial for want of an approver, or an approver that
     failed): called once for every `nexus_ask_start`, in the same thread. The return value is
@@ -193,54 +190,32 @@ def nexus_ask_end(question: Question, answer: Answer) -> None:
 # -- skills ---------------------------------------------------------------------------------
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_skill_loaded(skill: SkillContent) -> None:
     """Observe a skill being activated (its SKILL.md body and resources now in use).
     The return value is ignored."""
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_skill_deactivate(name: str) -> None:
     """Observe a skill being deactivated; drop anything staged for it. The return value is
     ignored."""
 
 
-# -- run_code -------------------------------------------------------------------------------
-
-
-@hookspec
-def nexus_code_exec_request(request: CodeExecRequest) -> None:
-    """Observe a run_code script that passed the static check and is about to run.
-    The return value is ignored."""
-
-
-@hookspec
-def nexus_code_exec_stdout(chunk: CodeExecChunk) -> None:
-    """Observe output from a running script: a chunk at each newline, when 512 bytes are
-    pending, and a last chunk with `final=True`. Called while the script runs.
-    The return value is ignored."""
-
-
-@hookspec
-def nexus_code_exec_result(result: CodeExecResult) -> None:
-    """Observe how a run_code script ended (result or error, output, timing).
-    The return value is ignored."""
-
-
 # -- model requests ---------------------------------------------------------------------------
 
 
-@hookspec
+@hookspec(kind="contribution")
 def nexus_register_providers(register: Callable[..., Any], nexus: Nexus) -> None:
     """Contribute model providers by calling `register(provider)` with an object that has a
     `name` (the part of `provider:model` before the colon) and `complete(request, call)`
-    (`nexus_core.ModelProvider`). Called once per plugin after `nexus_configure`. A name
+    (`nexus_core.llm.ModelProvider`). Called once per plugin after `nexus_configure`. A name
     registered twice is an error naming both plugins; a plugin that raises here is reported
     and left out, like one whose `nexus_register_tools` raises. The return value is ignored.
     """
 
 
-@hookspec
+@hookspec(kind="gate")
 def nexus_before_model_request(request: ModelRequest) -> Veto | ModelRequest | None:
     """Gate a model request before it is sent (`Nexus.complete`, which every agent loop uses).
 
@@ -252,7 +227,7 @@ def nexus_before_model_request(request: ModelRequest) -> Veto | ModelRequest | N
     """
 
 
-@hookspec
+@hookspec(kind="observer")
 def nexus_model_response(request: ModelRequest, response: ModelResponse) -> None:
     """Observe each model response with the request that was sent (after the request gates):
     its text, tool calls and `usage`, for logging or metering. Not called for a request that
@@ -260,10 +235,19 @@ def nexus_model_response(request: ModelRequest, response: ModelResponse) -> None
     still reaches the loop."""
 
 
+@hookspec(kind="observer")
+def nexus_gate_decision(decision: GateDecision) -> None:
+    """Observe each decision of a gate hook, for tracing and audit: a gate that vetoed (a
+    failing gate, conflicting or endless rewrites count as vetoes), rewrote a call, replaced a
+    result or a request, or asked a person, and the person's answer. Called as the decision is
+    made, on the thread of the call; nothing is built when no plugin implements this hook. The
+    return value is ignored; an exception is logged and the decision stands."""
+
+
 # -- the command line -----------------------------------------------------------------------
 
 
-@hookspec
+@hookspec(kind="contribution")
 def nexus_register_commands(cli: click.Group) -> None:
     """Add subcommands to the `nexus` command line: `cli` is its click group, so call
     `cli.add_command(command)` or decorate with `@cli.command()`.

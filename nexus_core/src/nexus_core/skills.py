@@ -361,15 +361,13 @@ class SkillSet:
 
     def _fire(self, hook: str, **kwargs: Any) -> None:
         # observers: one that raises is logged and does not undo the (de)activation
-        try:
-            getattr(self._nexus.hook, hook)(**kwargs)
-        except Exception:
-            log.exception("an observer of %s raised", hook)
+        self._nexus.notify(hook, **kwargs)
 
 
 def skill_set(nexus: Nexus) -> SkillSet:
     """The `SkillSet` of `nexus`, created (from `nexus.config.skills`) on first use."""
-    return nexus._skill_set(lambda: SkillSet(nexus, nexus.config.skills))
+    skills: SkillSet = nexus._skill_set(lambda: SkillSet(nexus, nexus.config.skills))
+    return skills
 
 
 def list_skills(nexus: Nexus) -> list[SkillContent]:

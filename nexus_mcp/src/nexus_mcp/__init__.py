@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nexus_core import Nexus
 
     from ._client import McpClient, ServerStatus
+    from ._http_security import HttpSecurity
     from ._serve import NexusMcpServer
 
 __version__ = "0.1.0"
@@ -65,7 +66,9 @@ class McpClientPlugin:
 
     @hookimpl
     def nexus_doctor(self) -> list[str] | None:
-        return self.client.doctor_lines() if self.client is not None else None
+        from ._doctor import protections
+
+        return [*protections(), *(self.client.doctor_lines() if self.client is not None else [])]
 
     def status(self) -> list[ServerStatus]:
         """Each configured server: running or not, its tools, its last error."""
@@ -84,7 +87,11 @@ def __getattr__(name: str) -> Any:
         from ._serve import NexusMcpServer
 
         return NexusMcpServer
+    if name == "HttpSecurity":
+        from ._http_security import HttpSecurity
+
+        return HttpSecurity
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PLUGIN_ID", "McpClientPlugin", "NexusMcpServer", "__version__"]
+__all__ = ["PLUGIN_ID", "HttpSecurity", "McpClientPlugin", "NexusMcpServer", "__version__"]

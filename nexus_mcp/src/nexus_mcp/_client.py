@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from nexus_core._plugins import describe_exception
+from nexus_core.plugins import describe_exception
 
 from nexus_core import Nexus, ToolDef, ToolRegistrationError, ToolResult
 
 from ._config import PLUGIN_ID, ServerConfig
 from ._loop import LoopThread
-from ._tools import MCP_SERVER, nexus_tool_name, to_tooldef, tool_name, wraps_result
+from ._names import Claim, nexus_tool_name, plan_names
+from ._tools import MCP_SERVER, to_tooldef, tool_name, wraps_result
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -76,8 +77,10 @@ class McpClient:
         self.configs: dict[str, ServerConfig] = {s.name: s for s in servers}
         #: made on first use: until a server starts or is called, the MCP SDK is not imported
         self._connections: dict[str, ServerConnection] = {}
-        #: Nexus tool name -> (server, the server's name for the tool)
+        #: Nexus tool name -> (server, the server's name for the tool), for the tools registered
         self._owners: dict[str, tuple[str, str]] = {}
+        #: server -> its latest tool list (MCP JSON), from a start or from the cache
+        self._listings: dict[str, list[dict[str, Any]]] = {}
         #: server -> {Nexus tool name: the ToolDef registered for it}
         self._registered: dict[str, dict[str, ToolDef]] = {s.name: {} for s in servers}
         self._from_cache: set[str] = set()
@@ -89,39 +92,39 @@ class McpClient:
 
     def register_tools(self, register: Any) -> None:
         """Give the Nexus every server's tools: an eager server (and a lazy one with no usable
-        cache) is started now, all of them at once; a lazy one with a cached list is not."""
+        cache) is started now, all of them at once; a lazy one with a cached list is not. The
+        lists are applied together, once all are in, so which tool gets a contested name does
+        not depend on which server answered first (see `_names`)."""
         self._register = register
+        initial: dict[str, tuple[list[dict[str, Any]], bool]] = {}
         to_start = []
         for name, config in self.configs.items():
             cached = self._read_cache(config)
             if config.start == "lazy" and cached is not None:
-                self._apply(name, cached, from_cache=True)
+                initial[name] = (cached, True)
             else:
                 to_start.append(self.connection(name))
-        if not to_start:
-            return
-        from ._connection import STOP_SECONDS, _describe
+        if to_start:
+            from ._connection import STOP_SECONDS, _describe
 
-        deadline = max(c.config.start_timeout_seconds for c in to_start) + STOP_SECONDS
-        # the servers start at once, and finish in any order; their tools are registered in the
-        # order of the config, so which of two colliding names wins does not depend on timing
-        self._deferred = {}
-        try:
-            outcomes = self._loop.run(self._start_all(to_start), timeout=deadline)
-        finally:
-            deferred, self._deferred = self._deferred, None
-        for name in self.configs:
-            if name in deferred:
-                self._apply(name, deferred[name])
-        for connection, outcome in zip(to_start, outcomes):
-            if not isinstance(outcome, BaseException):
-                continue
-            cached = self._read_cache(connection.config)
-            tail = ("; its tools are listed from the cache of its last start, and a call starts it again"
-                    if cached is not None else "; it has no tools until a Nexus starts it (nexus doctor shows this)")
-            log.warning("nexus.mcp.client: %s%s", _describe(outcome), tail)
-            if cached is not None:
-                self._apply(connection.name, cached, from_cache=True)
+            deadline = max(c.config.start_timeout_seconds for c in to_start) + STOP_SECONDS
+            self._deferred = {}
+            try:
+                outcomes = self._loop.run(self._start_all(to_start), timeout=deadline)
+            finally:
+                deferred, self._deferred = self._deferred, None
+            for name, listing in deferred.items():
+                initial[name] = (listing, False)
+            for connection, outcome in zip(to_start, outcomes):
+                if not isinstance(outcome, BaseException):
+                    continue
+                cached = self._read_cache(connection.config)
+                tail = ("; its tools are listed from the cache of its last start, and a call starts it again"
+                        if cached is not None else "; it has no tools until a Nexus starts it (nexus doctor shows this)")
+                log.warning("nexus.mcp.client: %s%s", _describe(outcome), tail)
+                if cached is not None and connection.name not in initial:
+                    initial[connection.name] = (cached, True)
+        self._apply({name: initial[name] for name in self.configs if name in initial})
 
     def connection(self, server: str) -> ServerConnection:
         """The connection of a configured server (made on first use)."""
@@ -155,67 +158,85 @@ class McpClient:
         listing = [tool_json(t) for t in tools]
         await asyncio.to_thread(self._write_cache, connection.config, listing)
         deferred = self._deferred
-        if deferred is not None:  # the servers starting with the Nexus: applied in config order
+        if deferred is not None:  # the servers starting with the Nexus: applied together
             deferred[connection.name] = listing
         else:
-            await asyncio.to_thread(self._apply, connection.name, listing, False)
+            await asyncio.to_thread(self._apply, {connection.name: (listing, False)})
 
-    def _apply(self, server: str, tools: list[dict[str, Any]], from_cache: bool = False) -> None:
-        """Make the registry hold exactly `tools` for `server`: add the new ones, replace the
-        changed ones, remove the ones gone. A tool whose name collides with another's, or that the
-        registry refuses, is left out and reported; the others still register."""
+    def _apply(self, listings: dict[str, tuple[list[dict[str, Any]], bool]]) -> None:
+        """Take the new tool lists of `listings`' servers (each with whether it came from the
+        cache; the other servers keep theirs), and make the registry hold what they all list
+        now: new tools added, changed ones replaced, the ones gone removed. A tool whose name is
+        contested (see `_names`), that is not a valid tool, or that the registry refuses is left
+        out and reported; the others still register."""
         if self._closed:
             return
         with self._lock:
-            problems: list[str] = []
-            wanted: dict[str, ToolDef] = {}
-            origin: dict[str, str] = {}
-            for tool in tools:
-                try:
-                    mcp_name = tool_name(tool)
-                except ValueError as exc:
-                    problems.append(f"MCP server {server!r}: {exc}")
-                    continue
-                name = nexus_tool_name(server, mcp_name)
-                owner = self._owners.get(name)
-                if name in wanted or (owner is not None and owner[0] != server):
-                    other_server, other_tool = (server, origin[name]) if name in wanted else owner  # type: ignore[misc]
-                    problems.append(
-                        f"tool name {name!r} collides: MCP server {other_server!r} tool {other_tool!r} and MCP "
-                        f"server {server!r} tool {mcp_name!r} both become {name!r}; the second is left out "
-                        "(rename one of the servers in the config)")
-                    continue
-                try:
-                    handler = functools.partial(self.call, server, mcp_name, wraps_result(tool))
-                    wanted[name] = to_tooldef(server, tool, handler)
-                except Exception as exc:  # noqa: BLE001 (a server's odd tool must not stop the others)
-                    problems.append(f"MCP server {server!r} tool {mcp_name!r} is left out: {describe_exception(exc)}")
-                    continue
-                origin[name] = mcp_name
-            current = self._registered[server]
-            for name in [n for n in current if n not in wanted]:
-                self.nexus.remove_tool(name)
-                del current[name]
-                self._owners.pop(name, None)
-            for name, tooldef in wanted.items():
-                try:
-                    if name in current:
-                        if _comparable(current[name]) != _comparable(tooldef):
-                            self.nexus.replace_tool(tooldef, plugin=PLUGIN_ID)
-                    else:
-                        self._register(tooldef)
-                except ToolRegistrationError as exc:
-                    problems.append(f"MCP server {server!r} tool {origin[name]!r} is left out: {exc}")
-                    continue
-                current[name] = tooldef
-                self._owners[name] = (server, origin[name])
-            self._problems[server] = problems
-            if from_cache:
-                self._from_cache.add(server)
-            else:
-                self._from_cache.discard(server)
-        for problem in problems:
-            log.warning("nexus.mcp.client: %s", problem)
+            for server, (tools, from_cache) in listings.items():
+                self._listings[server] = tools
+                if from_cache:
+                    self._from_cache.add(server)
+                else:
+                    self._from_cache.discard(server)
+            problems: dict[str, list[str]] = {server: [] for server in self.configs}
+            claims: list[Claim] = []
+            entries: dict[tuple[str, str], dict[str, Any]] = {}
+            for server, tools in self._listings.items():
+                prefix = self.configs[server].prefix
+                for tool in tools:
+                    try:
+                        mcp_name = tool_name(tool)
+                    except ValueError as exc:
+                        problems[server].append(f"MCP server {server!r}: {exc}")
+                        continue
+                    claims.append(Claim(server, mcp_name, nexus_tool_name(prefix, mcp_name)))
+                    entries[(server, mcp_name)] = tool
+            plan = plan_names(claims, self._owners)
+            for server, found in plan.problems.items():
+                problems[server].extend(found)
+            for server in self.configs:
+                self._sync(server, plan.granted.get(server, []), entries, server in listings, problems[server])
+            reported = {p for found in self._problems.values() for p in found}
+            self._problems = problems
+        for problem in dict.fromkeys(p for found in problems.values() for p in found):
+            if problem not in reported:
+                log.warning("nexus.mcp.client: %s", problem)
+
+    def _sync(self, server: str, granted: list[Claim], entries: dict[tuple[str, str], dict[str, Any]],
+              relisted: bool, problems: list[str]) -> None:
+        """Make the registry hold `granted` for `server`. A tool already registered is rebuilt
+        only when its server `relisted` its tools (it may have changed)."""
+        current = self._registered[server]
+        wanted = {claim.name: claim for claim in granted}
+        for name in [n for n in current if n not in wanted]:
+            self.nexus.remove_tool(name)
+            del current[name]
+            self._owners.pop(name, None)
+        for name, claim in wanted.items():
+            if name in current and not relisted:
+                continue
+            tool = entries[(server, claim.tool)]
+            try:
+                handler = functools.partial(self.call, server, claim.tool, wraps_result(tool))
+                tooldef = to_tooldef(server, tool, handler, name)
+            except Exception as exc:  # noqa: BLE001 (a server's odd tool must not stop the others)
+                problems.append(f"MCP server {server!r} tool {claim.tool!r} is left out: {describe_exception(exc)}")
+                if name in current:
+                    self.nexus.remove_tool(name)
+                    del current[name]
+                    self._owners.pop(name, None)
+                continue
+            try:
+                if name in current:
+                    if _comparable(current[name]) != _comparable(tooldef):
+                        self.nexus.replace_tool(tooldef, plugin=PLUGIN_ID)
+                else:
+                    self._register(tooldef)
+            except ToolRegistrationError as exc:
+                problems.append(f"MCP server {server!r} tool {claim.tool!r} is left out: {exc}")
+                continue
+            current[name] = tooldef
+            self._owners[name] = (server, claim.tool)
 
     # -- the tool cache -----------------------------------------------------------------------
 
@@ -304,6 +325,7 @@ class McpClient:
 
     def doctor_lines(self) -> list[str]:
         lines = []
+        shown: set[str] = set()
         for s in self.status():
             state = "running" if s.running else "not running"
             if s.running and s.protocol_version:
@@ -313,7 +335,10 @@ class McpClient:
                          f"{len(s.tools)} tools{source}")
             if s.error and not s.running:
                 lines.append(f"error: {s.error}")
-            lines.extend(f"error: {p}" for p in s.problems)
+            for problem in s.problems:  # one naming two servers is listed under both: shown once
+                if problem not in shown:
+                    shown.add(problem)
+                    lines.append(f"error: {problem}")
         return lines
 
     def close(self) -> None:

@@ -16,8 +16,10 @@ from nexus_core import ConfigError
 
 PLUGIN_ID = "nexus.mcp.client"
 
-#: a server's name: it prefixes its tools' names and names its log file
+#: a server's name: it names its log file, and prefixes its tools' names unless `prefix` says otherwise
 SERVER_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+#: a server's `prefix`: its tools are `<prefix>_<tool>`, or keep their own names when it is ""
+PREFIX = r"^[A-Za-z0-9_-]{0,64}$"
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 
@@ -39,6 +41,27 @@ SERVER_SCHEMA: dict[str, Any] = {
         "start": {"enum": ["lazy", "eager"], "default": "lazy",
                   "description": "lazy: on its first call (its tools listed from the cache of its last "
                                  "start); eager: when the Nexus starts"},
+        "prefix": {"type": "string", "pattern": PREFIX,
+                   "description": "its tools are <prefix>_<tool> (default: the server's name; \"\": the tools' own "
+                                  "names)"},
+    },
+    "additionalProperties": False,
+}
+
+#: `nexus mcp serve --http`'s settings (the command belongs to this package)
+SERVE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "token": {"type": "string", "minLength": 1,
+                  "description": "the bearer token clients must send (${VAR} expanded); NEXUS_MCP_TOKEN overrides "
+                                 "it; default: one made at each start"},
+        "token_file": {"type": "string", "minLength": 1,
+                       "description": "a file holding the token (relative: to the config file's folder)"},
+        "allowed_hosts": {"type": "array", "items": {"type": "string", "minLength": 1},
+                          "description": "Host header values accepted besides the bound address's own (name:port, "
+                                         "name:* for any port, or a bare name behind a proxy)"},
+        "allowed_origins": {"type": "array", "items": {"type": "string", "pattern": "^https?://[^/]+$"},
+                            "description": "browser Origins accepted besides the bound address's own"},
     },
     "additionalProperties": False,
 }
@@ -53,6 +76,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "default": {},
             "description": "MCP servers whose tools become Nexus tools, by name",
         },
+        "serve": {**SERVE_SCHEMA, "description": "how `nexus mcp serve --http` admits clients"},
     },
 }
 
@@ -75,6 +99,8 @@ class ServerConfig:
     timeout_seconds: float = 30.0
     start_timeout_seconds: float = 60.0
     start: Literal["lazy", "eager"] = "lazy"
+    #: what its tools' names start with (`<prefix>_<tool>`; "" for none): its name unless the config says
+    prefix: str = attrs.field(default=attrs.Factory(lambda self: self.name, takes_self=True))
     #: a digest of the settings as written (before expansion, so no secret goes into it): the
     #: cached tool list of a server is used only while this matches
     fingerprint: str = ""
@@ -145,6 +171,7 @@ def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
             "timeout_seconds": float(raw.get("timeout_seconds", 30)),
             "start_timeout_seconds": float(raw.get("start_timeout_seconds", 60)),
             "start": raw.get("start", "lazy"),
+            "prefix": raw.get("prefix", name),
             "fingerprint": fingerprint,
         }
         if has_command:
@@ -167,3 +194,43 @@ def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
     if problems:
         raise ConfigError(problems, config.source)
     return servers
+
+
+@attrs.frozen
+class ServeSettings:
+    """`plugins.nexus.mcp.client.serve`, checked: the token given there (None: not given), and
+    what Host and Origin values it adds to the bound address's own."""
+
+    token: str | None = None
+    #: where the token came from, for messages (never the token itself)
+    token_source: str = ""
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+
+
+def parse_serve(section: dict[str, Any], config: Any) -> ServeSettings:
+    """The `serve` settings of a validated config section. Raises ConfigError naming the key
+    (and line) of a token that cannot be read, or of both `token` and `token_file`."""
+    raw = section.get("serve") or {}
+    dotted = f"plugins.{PLUGIN_ID}.serve"
+    path = ("plugins", PLUGIN_ID, "serve")
+    if "token" in raw and "token_file" in raw:
+        raise ConfigError([config.problem((*path, "token_file"),
+                                          f"{dotted}: give `token` or `token_file`, not both")], config.source)
+    token, source = None, ""
+    try:
+        if "token" in raw:
+            token, source = expand(raw["token"], f"{dotted}.token", os.environ), f"{dotted}.token"
+        elif "token_file" in raw:
+            base = Path(config.source).parent if config.source else Path.cwd()
+            file = base / os.path.expanduser(expand(raw["token_file"], f"{dotted}.token_file", os.environ))
+            try:
+                token = file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"{dotted}.token_file: cannot read {file}: {exc.strerror or exc}") from None
+            source = f"{dotted}.token_file ({file})"
+    except ValueError as exc:
+        key = "token" if "token" in raw else "token_file"
+        raise ConfigError([config.problem((*path, key), str(exc))], config.source) from None
+    return ServeSettings(token=token, token_source=source, allowed_hosts=tuple(raw.get("allowed_hosts") or ()),
+                         allowed_origins=tuple(raw.get("allowed_origins") or ()))

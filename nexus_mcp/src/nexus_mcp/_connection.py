@@ -26,9 +26,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from nexus_core._plugins import describe_exception
+from nexus_core.plugins import describe_exception
 
 from ._config import ServerConfig
+from ._reaper import supervised, supervision_unavailable
 
 log = logging.getLogger("nexus_mcp")
 
@@ -229,8 +230,11 @@ class ServerConnection:
         config = self.config
         if config.transport == "stdio":
             errlog = stack.enter_context(self._open_log())
-            params = StdioServerParameters(command=config.command, args=list(config.args), env=config.env or None,
-                                           cwd=config.cwd)
+            command, args = config.command, list(config.args)
+            if supervision_unavailable() is None:  # its whole process tree ends with it (see _reaper)
+                path = config.env.get("PATH", os.environ.get("PATH"))
+                command, args = supervised(command, args, config.cwd, path)
+            params = StdioServerParameters(command=command, args=args, env=config.env or None, cwd=config.cwd)
             transport: Any = stdio_client(params, errlog=errlog)
         else:
             import httpx2

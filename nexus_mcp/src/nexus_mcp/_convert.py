@@ -8,16 +8,10 @@ from typing import Any
 
 import attrs
 import mcp_types as types
+from nexus_core.adapters import format_tool_result
+from nexus_core.content import AudioContent, Content, ImageContent, ResourceContent, TextContent
 
-from nexus_core import (
-    AudioContent,
-    Content,
-    ImageContent,
-    ResourceContent,
-    TextContent,
-    ToolResult,
-    format_tool_result,
-)
+from nexus_core import ToolResult
 
 from ._tools import MCP_SERVER
 

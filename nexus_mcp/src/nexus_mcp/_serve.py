@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import weakref
@@ -44,6 +45,7 @@ from nexus_core.adapters import mcp_output_schema
 from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
 
 from ._convert import to_call_tool_result
+from ._http_security import HttpSecurity, RefuseTokenInQuery, Token, checked_token, generate_token, listen
 from ._tools import WRAP_RESULT
 
 log = logging.getLogger("nexus_mcp")
@@ -95,11 +97,11 @@ def _mcp_tools(nexus: Nexus) -> list[types.Tool]:
 
 
 class NexusMcpServer:
-    """The MCP server of one Nexus. Make it, then `run_stdio()` or `run_http(...)`; or mount
-    `server.streamable_http_app(...)` yourself."""
+    """The MCP server of one Nexus. Make it, then `serve_stdio(...)` or `serve_http(...)`; or
+    mount `http_app(security)` in an ASGI app of yours."""
 
     def __init__(self, nexus: Nexus, name: str = "nexus") -> None:
-        from nexus_core import skills_prompt
+        from nexus_core.skills import skills_prompt
 
         from . import __version__
 
@@ -160,7 +162,7 @@ class NexusMcpServer:
                             ) -> types.ListPromptsResult:
         if self.nexus.tool("skill") is None:
             return types.ListPromptsResult(prompts=[])
-        from nexus_core import list_skills
+        from nexus_core.skills import list_skills
 
         skills = await anyio.to_thread.run_sync(list_skills, self.nexus)
         return types.ListPromptsResult(prompts=[
@@ -232,16 +234,35 @@ class NexusMcpServer:
         finally:
             self._loop = None
 
-    async def serve_http(self, host: str, port: int, *, stateless: bool = False, path: str = "/mcp",
-                         on_ready: Any = None) -> None:
-        """Serve streamable HTTP at `http://host:port/mcp` until interrupted. `on_ready(url)` is
-        called once the socket listens (with the real port when `port` is 0)."""
+    def http_app(self, security: HttpSecurity, *, stateless: bool = False, path: str = "/mcp") -> Any:
+        """The streamable HTTP app (ASGI) of this server at `path`, with `security`'s
+        protections: the SDK's bearer-token middleware (`token_verifier`, `auth`), its
+        DNS-rebinding check (`transport_security`), and the refusal of a token in the URL."""
+        app = self.server.streamable_http_app(
+            streamable_http_path=path, stateless_http=stateless, transport_security=security.transport_security(),
+            auth=security.auth_settings(), token_verifier=security.token_verifier())
+        return RefuseTokenInQuery(app)
+
+    async def serve_http(self, host: str, port: int, *, token: Token | str | None = None, allow_remote: bool = False,
+                         allowed_hosts: tuple[str, ...] = (), allowed_origins: tuple[str, ...] = (),
+                         stateless: bool = False, path: str = "/mcp", sock: socket.socket | None = None,
+                         on_ready: Callable[[HttpSecurity], None] | None = None) -> None:
+        """Serve streamable HTTP at `http://host:port/mcp` until interrupted, every request
+        needing `token` (a new one when None; a string is checked as `NEXUS_MCP_TOKEN` is) and
+        Host and Origin checked against the address
+        bound (see `_http_security`). A non-loopback `host` needs `allow_remote` (else
+        BindRefused). `sock`: a socket `listen(host, port, ...)` already bound. `on_ready` is
+        called once it listens, with the protections in force (the real port in `.url`)."""
         import uvicorn
 
+        if isinstance(token, str):
+            token = checked_token(token, "the token given to serve_http")
+        listener = sock if sock is not None else listen(host, port, allow_remote)
+        security = HttpSecurity.for_socket(listener, given_host=host, token=token or generate_token(), path=path,
+                                           allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
         self._loop = asyncio.get_running_loop()
-        app = self.server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        server = uvicorn.Server(config)
+        app = self.http_app(security, stateless=stateless, path=path)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
 
         async def announce() -> None:
             while not server.started:
@@ -249,17 +270,15 @@ class NexusMcpServer:
                     return
                 await asyncio.sleep(0.02)
             if on_ready is not None:
-                sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
-                bound = sockets[0].getsockname() if sockets else (host, port)
-                shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
-                on_ready(f"http://{shown}:{bound[1]}{path}")
+                on_ready(security)
 
         watcher = asyncio.ensure_future(announce())
         try:
-            await server.serve()
+            await server.serve(sockets=[listener])
         finally:
             watcher.cancel()
             self._loop = None
+            listener.close()
 
 
 class _DaemonStream:

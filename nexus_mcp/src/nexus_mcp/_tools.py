@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nexus_core import ToolDef, sanitize
+from nexus_core import ToolDef
 
 from ._schema import inline_refs
 
@@ -28,11 +28,6 @@ class InvalidTool(ValueError):
     """A tool entry that is not an MCP tool (no name, a schema that is not an object, ...)."""
 
 
-def nexus_tool_name(server: str, tool: str) -> str:
-    """`<server>_<tool>`, each character outside `[a-zA-Z0-9_-]` made `_`, cut to 64."""
-    return sanitize(f"{server}_{tool}")
-
-
 def tool_name(tool: dict[str, Any]) -> str:
     name = tool.get("name") if isinstance(tool, dict) else None
     if not isinstance(name, str) or not name:
@@ -48,12 +43,11 @@ def wraps_result(tool: dict[str, Any]) -> bool:
             and isinstance(schema.get("properties"), dict) and "result" in schema["properties"])
 
 
-def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any]) -> ToolDef:
-    """The Nexus tool for one tool of an MCP server: its schemas with local references inlined
+def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any], name: str) -> ToolDef:
+    """The Nexus tool `name` (see `_names`) for one tool of an MCP server: its schemas with local references inlined
     (see `_schema`), its annotations under MCP's own names (`readOnlyHint`, ...), and the server's
     name under `mcp_server`. An outputSchema that wraps a value (`wraps_result`) is unwrapped: the
     tool's results are too (see `_convert.unwrap_result`)."""
-    name = tool_name(tool)
     input_schema = tool.get("inputSchema") or {"type": "object"}
     output_schema = tool.get("outputSchema")
     for key, schema in (("inputSchema", input_schema), ("outputSchema", output_schema)):
@@ -70,7 +64,7 @@ def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any]) -
         output_schema = output_schema["properties"]["result"]
     description = tool.get("description")
     return ToolDef(
-        name=nexus_tool_name(server, name),
+        name=name,
         handler=handler,
         description=description if isinstance(description, str) else (title if isinstance(title, str) else ""),
         input_schema=inline_refs(input_schema),

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import SDKProvider
+from nexus_core.llm import SDKProvider
 
 if TYPE_CHECKING:
     import anthropic
-
-    from nexus_core import ModelCall, ModelRequest, ModelResponse
+    from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
 
 PLUGIN_ID = "nexus.provider.anthropic"
 PROVIDER = "anthropic"

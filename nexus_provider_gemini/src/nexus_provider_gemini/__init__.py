@@ -17,12 +17,13 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import SDKProvider
+from nexus_core.llm import SDKProvider
 
 if TYPE_CHECKING:
     from google import genai
+    from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
 
-    from nexus_core import ModelCall, ModelRequest, ModelResponse, Nexus
+    from nexus_core import Nexus
 
 PLUGIN_ID = "nexus.provider.gemini"
 PROVIDER = "gemini"

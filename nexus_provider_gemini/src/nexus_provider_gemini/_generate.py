@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from google import genai
 from google.genai import errors, types
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_calls, to_provider_schemas
+from nexus_core.llm import ModelError, ModelResponse, Usage
 
-from nexus_core import ModelError, ModelResponse, ToolCall, Usage
+from nexus_core import ToolCall
 
 if TYPE_CHECKING:
-    from nexus_core import Message, ModelCall, ModelRequest
+    from nexus_core.llm import Message, ModelCall, ModelRequest
 
 FORMAT = "gemini"
 

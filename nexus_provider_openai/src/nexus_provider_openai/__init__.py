@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nexus_core import SDKProvider
+from nexus_core.llm import SDKProvider
 
 if TYPE_CHECKING:
     import openai
-
-    from nexus_core import ModelCall, ModelRequest, ModelResponse
+    from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
 
 PLUGIN_ID = "nexus.provider.openai"
 PROVIDER = "openai"

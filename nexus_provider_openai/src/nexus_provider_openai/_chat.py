@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_call, to_provider_schemas
+from nexus_core.llm import ModelError, ModelResponse, Usage
 
-from nexus_core import ModelError, ModelResponse, ToolCall, Usage
+from nexus_core import ToolCall
 
 if TYPE_CHECKING:
+    from nexus_core.llm import Message, ModelCall, ModelRequest
     from openai.types.chat import ChatCompletion
-
-    from nexus_core import Message, ModelCall, ModelRequest
 
 FORMAT = "openai"
 

@@ -4,6 +4,9 @@ companion `run_code_api`).
 The model writes one Python script with `def run(ctx)`; it calls many tools through typed
 bindings (`tools`), fans out with `parallel`, and runs in a child process whose every tool call
 comes back to the host and goes through the same gates as a direct call. See docs/run-code.md.
+
+run_code's own hooks (`host/hookspecs.py`) and their payloads (`host/events.py`: `CodeExecRequest`,
+`CodeExecChunk`, `CodeExecResult`) belong to this package, not the core.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nexus_core import Nexus
 
+    from .host.events import CodeExecChunk, CodeExecRequest, CodeExecResult
     from .host.engine import CodeExec
     from .host.plugin import CodeExecPlugin
 
@@ -87,6 +91,11 @@ def __getattr__(name: str) -> Any:
         from .host.plugin import CodeExecPlugin
 
         return CodeExecPlugin
+    if name in ("CodeExecRequest", "CodeExecChunk", "CodeExecResult"):
+        from .host import events
+
+        return getattr(events, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecPlugin", "engine_for"]
+__all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecChunk", "CodeExecPlugin", "CodeExecRequest",
+           "CodeExecResult", "engine_for"]

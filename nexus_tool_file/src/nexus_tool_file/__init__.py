@@ -9,11 +9,17 @@ confined to the workspace.
         max_results: 500      # paths, matches or entries per glob, grep or list
         exclude: [.git, node_modules, ...]   # folders glob and grep skip
         max_search_seconds: 30   # glob and grep stop then, returning what they found
+        max_file_bytes: 16777216 # the largest file read whole or written
+        max_patch_bytes: 67108864   # the most one apply_patch holds
+        protected_paths: []      # more files the tools may not change, besides .git, .envrc, ...
+        allow_protected: []      # protected paths they may change after all
 
 The workspace is `workspace:` in the config (or `nexus --workspace DIR`). Paths are relative to
 it; `..`, absolute paths outside it and symlinks that lead out are refused, and every path is
-opened beneath the workspace in one step (no check-then-open race). Patterns are matched by RE2,
-in linear time. See docs/tool-file.md.
+opened beneath the workspace in one step (no check-then-open race). Files that configure
+programs run on the host (`.git/`, `.envrc`, `.vscode/`, `nexus.yaml`, ...) are not changed
+(see _protect), and no file larger than the limits is read whole, built or written. Patterns are
+matched by RE2, in linear time. See docs/tool-file.md.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ def nexus_config_schema() -> dict[str, Any]:
 
 @hookimpl
 def nexus_doctor(nexus: Nexus) -> list[str]:
-    """How paths are opened and patterns matched here, and where the session folder lies."""
+    """How paths are opened and patterns matched here, where the session folder lies, which paths
+    are protected and how large a file the tools take."""
     from ._tools import doctor_lines
 
     return doctor_lines(nexus)

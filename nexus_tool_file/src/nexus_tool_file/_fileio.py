@@ -33,17 +33,44 @@ def check_regular(fd: int, shown: str) -> os.stat_result:
     return found
 
 
-def read_bytes(fd: int) -> bytes:
-    """All of an open file, from its start (the fd is not closed)."""
+#: the config key of the file size limit, for the messages that name it
+MAX_FILE_KEY = "plugins.nexus.tool.file.max_file_bytes"
+
+
+def too_large(shown: str, size: int, limit: int, *, would: str = "", at_least: bool = False) -> FileToolError:
+    """The refusal of a file over `max_file_bytes`: what, how big, the limit and its key.
+    `would` says what the call would have done (a result too large), else the file is."""
+    bytes_ = f"{'at least ' if at_least else ''}{size} bytes"
+    what = f"{would} would make {shown} {bytes_}" if would else f"{shown} is {bytes_}"
+    return FileToolError(f"{what}, more than max_file_bytes={limit} ({MAX_FILE_KEY}), the largest file the file "
+                         "tools read whole or write; nothing was changed. Work on a smaller file (grep finds lines "
+                         "in a large one), or a person can raise the limit")
+
+
+def check_size(found: os.stat_result, shown: str, limit: int) -> None:
+    if found.st_size > limit:
+        raise too_large(shown, found.st_size, limit)
+
+
+def read_bytes(fd: int, limit: int, shown: str) -> bytes:
+    """All of an open regular file, from its start (the fd is not closed), or FileToolError when
+    it holds more than `limit` bytes: its size is checked before reading, and the reading stops
+    past the limit too (a file that grows meanwhile)."""
+    check_size(os.fstat(fd), shown, limit)
     chunks = []
+    total = 0
     os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, 1 << 20):
+    while chunk := os.read(fd, min(1 << 20, limit + 1 - total) or 1):
         chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise too_large(shown, total, limit)
     return b"".join(chunks)
 
 
-def read_text(location: Location, shown: str) -> str:
-    """The whole file as text, or FileToolError when it is missing, a folder, or not UTF-8 text."""
+def read_text(location: Location, shown: str, limit: int) -> tuple[str, int]:
+    """The whole file as text, and its size in bytes, or FileToolError when it is missing, a
+    folder, not UTF-8 text, or larger than `limit` bytes."""
     if location.stat is None:
         raise FileToolError(f"{shown}: no such file")
     if stat.S_ISDIR(location.stat.st_mode):
@@ -51,10 +78,21 @@ def read_text(location: Location, shown: str) -> str:
     fd = location.open_read()
     try:
         check_regular(fd, shown)
-        data = read_bytes(fd)
+        data = read_bytes(fd, limit, shown)
     finally:
         os.close(fd)
-    return decode_text(data, shown)
+    return decode_text(data, shown), len(data)
+
+
+def encoded(text: str, shown: str, limit: int, *, would: str) -> bytes:
+    """`text` as UTF-8, or FileToolError when that is more than `limit` bytes, refused before the
+    bytes are made where the length alone says so (each character takes at least one byte)."""
+    if len(text) > limit:
+        raise too_large(shown, len(text), limit, would=would, at_least=True)
+    data = text.encode("utf-8")
+    if len(data) > limit:
+        raise too_large(shown, len(data), limit, would=would)
+    return data
 
 
 def decode_text(data: bytes, shown: str) -> str:

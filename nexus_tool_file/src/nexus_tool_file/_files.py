@@ -8,6 +8,7 @@ through the workspace (`Workspace.open`, `Workspace.locate`): beneath it, in one
 
 from __future__ import annotations
 
+import heapq
 import os
 import stat
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from typing import IO, Any
 from nexus_core import ToolResult
 
 from ._beneath import READ_DIR, READ_FILE, STAT_ONLY
-from ._fileio import SNIFF_BYTES, atomic_write, check_regular, looks_binary, not_text, read_text
+from ._fileio import (SNIFF_BYTES, atomic_write, check_regular, check_size, encoded, looks_binary, not_text,
+                      read_text, too_large)
 from ._paths import FileToolError, Location, Workspace
 from ._settings import Settings
 
@@ -126,7 +128,8 @@ def read(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
     try:
         if stat.S_ISDIR(os.fstat(opened.fd).st_mode):
             raise FileToolError(f"{shown} is a folder; use list to see what it holds")
-        check_regular(opened.fd, shown)  # not a FIFO or a device: reading one could block, or never end
+        # not a FIFO or a device: reading one could block, or never end
+        check_size(check_regular(opened.fd, shown), shown, settings.max_file_bytes)
     except BaseException:
         os.close(opened.fd)
         raise
@@ -135,8 +138,12 @@ def read(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
             raise not_text(shown, "it contains NUL bytes")
         f.seek(0)
         # Stream line by line: a huge file is counted, not held in memory.
+        consumed = 0
         for number, raw, length in numbered_lines(f, settings.max_read_bytes + 1):
             total = number
+            consumed += length
+            if consumed > settings.max_file_bytes:  # it grew past the limit while it was read
+                raise too_large(shown, consumed, settings.max_file_bytes)
             if number < offset or len(chosen) >= limit or hit_byte_cap:
                 continue
             if size + length > settings.max_read_bytes:
@@ -199,7 +206,8 @@ WRITE_DESCRIPTION = (
 
 
 def write(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolResult:
-    data = arguments["content"].encode("utf-8")
+    data = encoded(arguments["content"], ws.show(ws.relative(arguments["path"])), settings.max_file_bytes,
+                   would="writing the content")
     location = ws.locate(arguments["path"], create_parents=True)
     try:
         shown = ws.show(location.rel)
@@ -269,13 +277,15 @@ def edit(ws: Workspace, settings: Settings, arguments: dict[str, Any]) -> ToolRe
         raise FileToolError("old_string and new_string are the same: nothing to change")
     location = _existing_file(ws, arguments["path"])
     try:
-        return _edit(location, ws.show(location.rel), old, new, replace_all)
+        return _edit(location, ws.show(location.rel), old, new, replace_all, settings.max_file_bytes)
     finally:
         location.close()
 
 
-def _edit(location: Location, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
-    text = read_text(location, shown)
+def _edit(location: Location, shown: str, old: str, new: str, replace_all: bool, limit: int) -> ToolResult:
+    text, size = read_text(location, shown, limit)
+    if len(new) > limit:  # the result holds new_string at least once: too large, however often it occurs
+        raise too_large(shown, size - len(old) + len(new), limit, would="replacing old_string", at_least=True)
     count = text.count(old)
     if count == 0 and "\n" in old and "\r\n" in text:
         # A model writes "\n"; a file with Windows line ends holds "\r\n". Match it as it is.
@@ -288,9 +298,15 @@ def _edit(location: Location, shown: str, old: str, new: str, replace_all: bool)
         lines = ", ".join(map(str, _line_numbers(text, old)))
         raise FileToolError(f"old_string occurs {count} times in {shown} (lines {lines}); include more "
                             "surrounding text so it occurs once, or set replace_all to replace every one")
+    done = count if replace_all else 1
+    # The result's size, worked out before it is built: 1 MiB of `a` with every `a` replaced by
+    # 4 KiB would otherwise be a 4 GiB string in the host before anything could refuse it.
+    result_size = size + done * (len(new.encode("utf-8")) - len(old.encode("utf-8")))
+    if result_size > limit:
+        raise too_large(shown, result_size, limit,
+                        would=f"replacing {done} occurrence{'s' if done != 1 else ''} of old_string")
     replaced = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     atomic_write(location, replaced.encode("utf-8"))
-    done = count if replace_all else 1
     return _result(f"replaced {done} occurrence{'s' if done != 1 else ''} in {shown}",
                    {"path": shown, "replacements": done})
 
@@ -347,30 +363,45 @@ def list_folder(ws: Workspace, settings: Settings, arguments: dict[str, Any]) ->
         raise FileToolError(f"{ws.show(rel)} is a file; use read to see it") from None
     shown = ws.show(opened.rel)
     limit = min(arguments.get("limit", settings.max_results), settings.max_results)
-    entries: list[dict[str, Any]] = []
+    count = 0
+
+    def visible(scan: Iterator[os.DirEntry[str]]) -> Iterator[tuple[str, os.DirEntry[str], dict[str, Any] | None]]:
+        """(name, entry, what a symlink leads to) of each entry shown: not symlinks that lead out,
+        neither by name nor in the count."""
+        nonlocal count
+        for entry in scan:
+            described = None
+            if entry.is_symlink():
+                described = _describe_link(ws, f"{opened.rel}/{entry.name}" if opened.rel else entry.name)
+                if described is None:
+                    continue
+            count += 1
+            yield entry.name, entry, described
+
+    def describe(entry: os.DirEntry[str], link: dict[str, Any] | None) -> dict[str, Any]:
+        if link is not None:
+            return {"name": entry.name, **link}
+        if entry.is_dir(follow_symlinks=False):
+            return {"name": entry.name, "type": "dir", "size": None}
+        if entry.is_file(follow_symlinks=False):
+            return {"name": entry.name, "type": "file", "size": entry.stat(follow_symlinks=False).st_size}
+        return {"name": entry.name, "type": "other", "size": None}
+
     try:
         with os.scandir(opened.fd) as scan:
-            for entry in sorted(scan, key=lambda e: e.name):
-                if entry.is_symlink():
-                    described = _describe_link(ws, f"{opened.rel}/{entry.name}" if opened.rel else entry.name)
-                    if described is not None:  # what lies outside is not shown, not even by name
-                        entries.append({"name": entry.name, **described})
-                elif entry.is_dir(follow_symlinks=False):
-                    entries.append({"name": entry.name, "type": "dir", "size": None})
-                elif entry.is_file(follow_symlinks=False):
-                    entries.append({"name": entry.name, "type": "file",
-                                    "size": entry.stat(follow_symlinks=False).st_size})
-                else:
-                    entries.append({"name": entry.name, "type": "other", "size": None})
+            # the first `limit` by name, held while the folder is read: a folder of millions of
+            # entries costs the host `limit` of them in memory, not millions
+            kept = heapq.nsmallest(limit, visible(scan), key=lambda item: item[0])
+            entries = [describe(entry, link) for _, entry, link in kept]
     finally:
         os.close(opened.fd)
-    truncated = len(entries) > limit
-    lines = [e["name"] + ("/" if e["type"] == "dir" else "") for e in entries[:limit]]
+    truncated = count > limit
+    lines = [e["name"] + ("/" if e["type"] == "dir" else "") for e in entries]
     if not entries:
         lines.append(f"[{shown} is empty]")
     elif truncated:
-        lines.append(f"[first {limit} of {len(entries)} entries]")
-    return _result("\n".join(lines), {"path": shown, "entries": entries[:limit], "truncated": truncated})
+        lines.append(f"[first {limit} of {count} entries]")
+    return _result("\n".join(lines), {"path": shown, "entries": entries, "truncated": truncated})
 
 
 def _describe_link(ws: Workspace, rel: str) -> dict[str, Any] | None:

@@ -35,8 +35,10 @@ from typing import Any, Literal
 
 from nexus_core import ToolResult
 
-from ._fileio import atomic_write, check_regular, commit_staged, decode_text, discard, read_bytes, stage
+from ._fileio import (atomic_write, check_regular, commit_staged, decode_text, discard, encoded, read_bytes, stage,
+                      too_large)
 from ._paths import FileToolError, Location, Workspace
+from ._protect import ProtectedPath
 from ._settings import Settings
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
@@ -236,9 +238,10 @@ def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, at_end: bool
     return None
 
 
-def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
+def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str, limit: int | None = None) -> str:
     """`text` with every hunk applied in order, or PatchError naming the hunk that does not fit.
-    Line ends (`\\n` or `\\r\\n`) and whether the file ends with one are kept as they were."""
+    Line ends (`\\n` or `\\r\\n`) and whether the file ends with one are kept as they were.
+    With `limit`, a result of more characters is refused before it is joined into one string."""
     eol = "\r\n" if "\r\n" in text else "\n"
     lines = text.split(eol)
     ends_with_eol = text == "" or text.endswith(eol)
@@ -272,6 +275,10 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> str:
         position = found + count
     for at, count, new in reversed(edits):
         lines[at:at + count] = new
+    if limit is not None:
+        chars = sum(map(len, lines)) + len(eol) * len(lines)
+        if chars > limit:  # each character is at least a byte
+            raise too_large(shown, chars, limit, would="the patch", at_least=True)
     return eol.join(lines) + (eol if ends_with_eol and lines else "")
 
 
@@ -293,7 +300,7 @@ class _Claimed:
     mode: int | None  # permission bits of the file as found; None when it does not exist
 
 
-def _read_original(location: Location, shown: str) -> bytes | None:
+def _read_original(location: Location, shown: str, limit: int) -> bytes | None:
     if location.stat is None:
         return None
     if stat.S_ISDIR(location.stat.st_mode):
@@ -301,14 +308,30 @@ def _read_original(location: Location, shown: str) -> bytes | None:
     fd = location.open_read()
     try:
         check_regular(fd, shown)
-        return read_bytes(fd)
+        return read_bytes(fd, limit, shown)
     finally:
         os.close(fd)
 
 
-def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
+#: the config key of the limit on what one patch holds
+MAX_PATCH_KEY = "plugins.nexus.tool.file.max_patch_bytes"
+
+
+def plan(ws: Workspace, ops: Sequence[FileOp], max_file_bytes: int, max_patch_bytes: int) -> Plan:
+    """Every path claimed (inside the workspace, not protected), every file read and every new
+    content worked out, each file within `max_file_bytes` and all of them together within
+    `max_patch_bytes`; nothing is written."""
     result = Plan()
     touched: set[str] = set()
+    held = 0
+
+    def hold(size: int) -> None:
+        nonlocal held
+        held += size
+        if held > max_patch_bytes:
+            raise PatchError(f"the patch would hold more than max_patch_bytes={max_patch_bytes} ({MAX_PATCH_KEY}) "
+                             "of files read and written, the most one apply_patch holds; nothing was changed. "
+                             "Split it into smaller patches")
 
     def claim(requested: str) -> _Claimed:
         try:
@@ -317,11 +340,12 @@ def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
             # its folder does not exist (yet): a new file, made with its folders at commit
             rel = ws.relative(requested)
             ws.guard(rel, requested)
+            ws.protect(ws.real_of_new(rel), rel)  # `link/new/x`, link -> .git: refused now, not at commit
             original, mode = None, None
         else:
             try:
                 rel = location.rel
-                original = _read_original(location, ws.show(rel))
+                original = _read_original(location, ws.show(rel), max_file_bytes)
                 mode = stat.S_IMODE(location.stat.st_mode) if location.stat is not None else None
             finally:
                 location.close()
@@ -330,6 +354,7 @@ def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
             raise PatchError(f"{shown} appears twice in the patch; put all its changes in one section")
         touched.add(rel)
         result.originals[rel] = original
+        hold(len(original or b""))
         return _Claimed(rel, shown, mode)
 
     for op in ops:
@@ -339,7 +364,9 @@ def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
         if op.kind == "add":
             if exists:
                 raise PatchError(f"Add File {shown}: it already exists; use Update File to change it")
-            result.writes[rel] = ("".join(line + "\n" for line in op.content).encode("utf-8"), None)
+            added = "".join(line + "\n" for line in op.content)  # no larger than the patch's own text
+            result.writes[rel] = (encoded(added, shown, max_file_bytes, would="Add File"), None)
+            hold(len(result.writes[rel][0]))
             result.changes.append({"action": "add", "path": shown, "moved_to": None})
         elif op.kind == "delete":
             if not exists:
@@ -350,8 +377,9 @@ def plan(ws: Workspace, ops: Sequence[FileOp]) -> Plan:
             original = result.originals[rel]
             if original is None:
                 raise PatchError(f"Update File {shown}: no such file (use Add File to create it)")
-            new_text = apply_hunks(decode_text(original, shown), op.hunks, shown)
-            data = new_text.encode("utf-8")
+            new_text = apply_hunks(decode_text(original, shown), op.hunks, shown, max_file_bytes)
+            data = encoded(new_text, shown, max_file_bytes, would="the patch")
+            hold(len(data))
             if op.move_to is None:
                 result.writes[rel] = (data, None)
                 result.changes.append({"action": "update", "path": shown, "moved_to": None})
@@ -415,6 +443,9 @@ def commit(ws: Workspace, done_plan: Plan) -> None:
                 staged[rel] = stage(location, data, mode)
             finally:
                 location.close()
+    except ProtectedPath:  # a symlink put in since the plan leads to a protected path
+        _undo(ws, staged, created)
+        raise
     except (OSError, FileToolError) as exc:
         _undo(ws, staged, created)
         why = f"cannot write {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
@@ -494,7 +525,7 @@ def apply_patch(ws: Workspace, settings: Settings, arguments: dict[str, Any]) ->
     ops = parse(arguments["patch"])
     if not ops:
         raise PatchError("the patch has no file sections: nothing to do")
-    the_plan = plan(ws, ops)
+    the_plan = plan(ws, ops, settings.max_file_bytes, settings.max_patch_bytes)
     commit(ws, the_plan)
     marks = {"add": "A", "update": "M", "delete": "D"}
     lines = [f"{marks[c['action']]} {c['path']}" + (f" -> {c['moved_to']}" if c["moved_to"] else "")

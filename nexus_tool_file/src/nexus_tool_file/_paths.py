@@ -12,7 +12,9 @@ symlinked folder.
 `realpath` is still used, but only for words: to tell a model where a refused symlink leads.
 
 The session folder, when a config puts it inside the workspace, is out of bounds too: run
-records must not be rewritten by a tool a script can call.
+records must not be rewritten by a tool a script can call. And files that configure programs run
+on the host (`.git/`, `.envrc`, ...) are not changed: `locate`, the way to a file that is about to
+change, asks the workspace's `Protection` (see _protect) about every name the file goes by.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._beneath import DIR_ANCHOR, MAX_SYMLINKS, READ_DIR, READ_FILE, STAT_ONLY, fd_path, open_beneath
+
+
+if TYPE_CHECKING:
+    from ._protect import Protection
 
 
 class FileToolError(Exception):
@@ -87,15 +94,18 @@ class Opened:
 
 @dataclass(frozen=True)
 class Workspace:
-    """The folder the file tools may touch, held as its real path, and the session folder they
-    may not touch (when a config puts it inside)."""
+    """The folder the file tools may touch, held as its real path, the session folder they may
+    not touch (when a config puts it inside), and the files in it they may not change."""
 
     root: Path
     session_dir: Path | None = None
+    protection: Protection | None = None
 
     @classmethod
-    def at(cls, folder: str | os.PathLike[str], session_dir: str | os.PathLike[str] | None = None) -> Workspace:
-        return cls(Path(os.path.realpath(folder)), Path(session_dir) if session_dir is not None else None)
+    def at(cls, folder: str | os.PathLike[str], session_dir: str | os.PathLike[str] | None = None,
+           protection: Protection | None = None) -> Workspace:
+        return cls(Path(os.path.realpath(folder)), Path(session_dir) if session_dir is not None else None,
+                   protection)
 
     # -- naming ----------------------------------------------------------------------------
 
@@ -143,6 +153,25 @@ class Workspace:
         if session is not None and (session == "" or rel == session or rel.startswith(session + "/")):
             raise FileToolError(f"{requested}: inside the session folder ({self.session_dir}), where run records "
                                 "are kept; the file tools do not touch it")
+
+    def protect(self, rel: str, named: str, *, folder: bool = False) -> None:
+        """Refuse to change `rel` (relative to the root) when it is protected; `named` is how the
+        call named it (see `Protection.check`)."""
+        if self.protection is not None:
+            self.protection.check(rel, named, folder=folder)
+
+    def real_of_new(self, rel: str) -> str:
+        """Where a file that does not exist yet would be made: the real path of the nearest
+        folder above `rel` that exists, with the rest of `rel` below it."""
+        parts = rel.split("/")
+        for i in range(len(parts) - 1, -1, -1):
+            try:
+                opened = self.open("/".join(parts[:i]), STAT_ONLY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            os.close(opened.fd)
+            return _join(opened.rel, *parts[i:])
+        return rel
 
     def _real_rel(self, fd: int, fallback: str) -> str:
         """Where the open `fd` is, relative to the root, as the kernel says; where it cannot say
@@ -217,9 +246,10 @@ class Workspace:
         what = "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
         return what, opened.rel
 
-    def _open_dir(self, root_fd: int, rel: str, requested: str, created: list[str] | None) -> int:
+    def _open_dir(self, root_fd: int, rel: str, requested: str, created: list[str] | None, named: str = "") -> int:
         """An anchor fd of the folder `rel`; with `created` (a list), missing folders are made
-        (and listed there, outermost first)."""
+        (and listed there, outermost first), none that is protected (`named`: the file they are
+        made for, as the call named it)."""
         if created is None:
             return self._open_rel(root_fd, rel, DIR_ANCHOR, requested)
         try:
@@ -238,6 +268,7 @@ class Workspace:
                 except FileNotFoundError:
                     making = _join(self._real_rel(current, "/".join(parts[:i])), part)
                     self.guard(making, requested)  # no folder is made in the session folder
+                    self.protect(making, named or making, folder=True)  # nor a protected one (`link/hooks`, link -> .git)
                     try:
                         os.mkdir(part, dir_fd=current)
                         created.append(making)
@@ -266,18 +297,24 @@ class Workspace:
             os.close(fd)
 
     def locate(self, requested: str, *, create_parents: bool = False) -> Location:
-        """The folder and name of the file `requested` names, for reading then replacing it in
-        place. A symlink as the last component is followed while it leads inside (a write
-        replaces the file a link points to, never the link, never anything outside); with
-        `create_parents`, missing folders above it are made."""
+        """The folder and name of the file `requested` names, for reading then replacing (or
+        deleting) it in place. A symlink as the last component is followed while it leads inside
+        (a write replaces the file a link points to, never the link, never anything outside);
+        with `create_parents`, missing folders above it are made.
+
+        Only for a file about to change: a protected path is refused, by the name the call gave
+        (`..` resolved), by each name a symlink gives it, by its real path, and by each folder
+        that would be made for it, before any is made."""
         rel = self.relative(requested)
+        named = rel
+        self.protect(rel, named)
         created: list[str] = []
         with self.anchor() as root_fd:
             for _ in range(MAX_SYMLINKS + 1):
                 if rel == "":
                     raise FileToolError(f"{requested} is the workspace folder; give the path of a file")
                 parent, _, name = rel.rpartition("/")
-                dir_fd = self._open_dir(root_fd, parent, requested, created if create_parents else None)
+                dir_fd = self._open_dir(root_fd, parent, requested, created if create_parents else None, named)
                 try:
                     dir_rel = self._real_rel(dir_fd, parent)
                     try:
@@ -291,11 +328,13 @@ class Workspace:
                         if followed is None:
                             raise OutsideWorkspace(f"{requested}: leads outside the workspace ({self.root}) "
                                                    f"through a symlink, to {os.path.realpath(lexical)}")
+                        self.protect(followed, named)  # before the fd is closed: this raises
                         os.close(dir_fd)
                         rel = followed
                         continue
                     real = _join(dir_rel, name)
                     self.guard(real, requested)
+                    self.protect(real, named)
                     return Location(dir_fd, name, real, found, created)
                 except BaseException:
                     os.close(dir_fd)

@@ -246,6 +246,12 @@ def compile_glob(pattern: str) -> Any:
         raise PatternError(_explain("glob", pattern, _message(exc))) from None
 
 
+def compile_literal(text: str) -> Any:
+    """A compiled RE2 regex matching exactly the path `text` (no glob characters), like
+    `compile_glob`'s."""
+    return re2.compile("".join(_literal(ch) for ch in text) + r"\z", _options())
+
+
 def subject(path: str) -> bytes:
     """A path as the text a glob is matched against: UTF-8, with a name's undecodable bytes (kept
     as surrogates by Python) as `?`, so that `*` and `?` match them like any character."""

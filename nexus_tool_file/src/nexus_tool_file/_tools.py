@@ -11,9 +11,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from nexus_core import Nexus, ToolDef, ToolResult, failure
+from nexus_core import ConfigError, Nexus, ToolDef, ToolResult, failure
 
-from . import PLUGIN_ID, _beneath, _files, _patch, _patterns, _search
+from . import PLUGIN_ID, _beneath, _files, _patch, _patterns, _protect, _search
 from ._paths import FileToolError, Workspace
 from ._settings import Settings
 
@@ -71,27 +71,50 @@ def bind(handler: Handler, workspace: Workspace, settings: Settings) -> Callable
     return run
 
 
+def workspace_of(nexus: Nexus, settings: Settings) -> Workspace:
+    """The workspace of one Nexus's file tools, with its protected paths. A protected_paths or
+    allow_protected pattern that does not compile is a ConfigError naming it."""
+    problems: list[str] = []
+
+    def problem(key: str, index: int, message: str) -> None:
+        problems.append(nexus.config.problem(("plugins", PLUGIN_ID, key, str(index)),
+                                             f"plugins.{PLUGIN_ID}.{key}[{index}]: {message}"))
+
+    root = Path(os.path.realpath(nexus.config.workspace))
+    protection = _protect.build(root, settings.protected_paths, settings.allow_protected, nexus.config.source,
+                                problem)
+    if problems:
+        raise ConfigError(problems, nexus.config.source)
+    return Workspace.at(root, nexus.config.session_dir, protection)
+
+
 def doctor_lines(nexus: Nexus) -> list[str]:
-    """How paths are opened and patterns matched here, and where the session folder lies."""
+    """How paths are opened and patterns matched here, where the session folder lies, which
+    paths are protected and how big a file the tools take."""
     settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
+    workspace = workspace_of(nexus, settings)
+    assert workspace.protection is not None
     session = nexus.config.session_dir
     inside = os.path.realpath(session) == str(workspace.root) or Path(os.path.realpath(session)).is_relative_to(
         workspace.root)
     return [
         f"opening paths: beneath the workspace, {_beneath.method()}",
-        f"patterns: RE2 (google-re2 {version('google-re2')}), linear-time; regex at most "
-        f"{_patterns.MAX_REGEX_CHARS} chars, glob at most {_patterns.MAX_GLOB_CHARS} chars, braces "
-        f"{_patterns.MAX_BRACE_DEPTH} deep and {_patterns.MAX_BRACE_CHOICES} choices; glob and grep stop after "
-        f"max_search_seconds={settings.max_search_seconds:g}",
+        (f"patterns: RE2 (google-re2 {version('google-re2')}), linear-time; regex at most "
+         f"{_patterns.MAX_REGEX_CHARS} chars, glob at most {_patterns.MAX_GLOB_CHARS} chars, braces "
+         f"{_patterns.MAX_BRACE_DEPTH} deep and {_patterns.MAX_BRACE_CHOICES} choices; glob and grep stop after "
+         f"max_search_seconds={settings.max_search_seconds:g}"),
         f"session folder: {session} " + ("(inside the workspace: every path in it is refused)" if inside
                                          else "(outside the workspace)"),
+        workspace.protection.summary(),
+        (f"file sizes: read, edit and apply_patch take files of at most max_file_bytes={settings.max_file_bytes}, "
+         f"write, edit and apply_patch make none larger; one apply_patch holds at most "
+         f"max_patch_bytes={settings.max_patch_bytes}"),
     ]
 
 
 def register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = Workspace.at(nexus.config.workspace, nexus.config.session_dir)
+    workspace = workspace_of(nexus, settings)
     for name, handler, description, input_schema, output_schema, writes in TOOLS:
         if writes and settings.read_only:
             continue  # removed, not refused: the model is never offered a tool it may not use

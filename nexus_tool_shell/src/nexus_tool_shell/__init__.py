@@ -11,8 +11,10 @@ the workspace and returns its stdout, stderr and exit code.
 
 The shell is not a sandbox: only its starting folder is confined to the workspace (and kept out
 of the session folder, when a config puts that inside the workspace), and a command can read and
-write whatever the host user can. There is no `read_only` setting for that reason; a
-read-only agent leaves this plugin out (`plugins.blocked: [nexus.tool.shell]`). See
+write whatever the host user can, `.git/config` included: gating it is a gate's job (or `Ask`).
+There is no `read_only` setting for that reason; a read-only agent leaves this plugin out
+(`plugins.blocked: [nexus.tool.shell]`). When a command ends, times out or its call is stopped
+(`ctx.cancel`), every process it started is killed, those that called `setsid` too (see _run). See
 docs/tool-shell.md.
 """
 
@@ -26,9 +28,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from nexus_core import Nexus, ToolDef, ToolResult, failure, hookimpl
+from nexus_core import CallContext, Nexus, ToolDef, ToolResult, failure, hookimpl
 
-from ._run import Completed, run_command
+from ._run import Completed, kill_method, run_command
 
 PLUGIN_ID = "nexus.tool.shell"
 
@@ -72,8 +74,12 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         "timed_out": {"type": "boolean", "description": "the command ran past its timeout and was killed"},
         "stdout_truncated": {"type": "boolean", "description": "stdout was longer than the cap"},
         "stderr_truncated": {"type": "boolean", "description": "stderr was longer than the cap"},
+        "killed": {"type": "array", "description": "the processes killed when the command ended, timed out or "
+                                                   "was stopped (its own shell among them unless it exited)",
+                   "items": {"type": "object", "properties": {"pid": {"type": "integer"}, "name": {"type": "string"}},
+                             "required": ["pid", "name"], "additionalProperties": False}},
     },
-    "required": ["stdout", "stderr", "exit_code", "timed_out", "stdout_truncated", "stderr_truncated"],
+    "required": ["stdout", "stderr", "exit_code", "timed_out", "stdout_truncated", "stderr_truncated", "killed"],
     "additionalProperties": False,
 }
 
@@ -102,8 +108,8 @@ def description(max_output_bytes: int) -> str:
         "Run a shell command in the workspace and return its stdout, stderr and exit code.\n"
         "A non-zero exit code is reported in the result, not treated as a failure. stdin is empty, so "
         "interactive programs get end-of-file; pass flags such as --yes instead. When the command ends "
-        "or times out, every process it started is killed: background jobs (`cmd &`) do not outlive the "
-        f"call. stdout and stderr are each capped at {max_output_bytes} bytes; the middle of longer "
+        "or times out, every process it started is killed: background jobs (`cmd &`), even daemons that "
+        f"detach with setsid, do not outlive the call. stdout and stderr are each capped at {max_output_bytes} bytes; the middle of longer "
         "output is dropped and marked, so filter it (grep, head, tail) when you expect a lot."
     )
 
@@ -154,6 +160,33 @@ def resolve_workdir(workspace: Path, requested: str | None, session_dir: Path | 
     return target
 
 
+#: how many names a result lists of the processes killed, before it counts the rest
+_NAMES_SHOWN = 8
+
+
+def describe_kill(done: Completed, which: str = "") -> str:
+    """What was killed, for the model: `killed 3 processes (bash, sleep, sleep)`; `which` goes
+    after the count (`killed 1 process it left running (sleep)`)."""
+    if done.kill_note == "process group":
+        return "the command's process group was killed"
+    count = len(done.killed)
+    names = [name for _, name in done.killed[:_NAMES_SHOWN]]
+    if count > _NAMES_SHOWN:
+        names.append(f"{count - _NAMES_SHOWN} more")
+    return f"killed {count} process{'es' if count != 1 else ''}{which}" + (f" ({', '.join(names)})" if names else "")
+
+
+def _aftermath(done: Completed) -> list[str]:
+    """Lines about what could not be killed, or a supervisor that could not do its work."""
+    lines = []
+    if done.left:
+        shown = ", ".join(f"{name} (pid {pid}: {why})" for pid, name, why in done.left[:_NAMES_SHOWN])
+        lines.append(f"[could not kill {len(done.left)} process{'es' if len(done.left) != 1 else ''}: {shown}]")
+    if done.kill_note not in ("supervisor", "process group"):
+        lines.append(f"[warning: {done.kill_note}]")
+    return lines
+
+
 def summarize(done: Completed, timeout: float) -> str:
     """The text the model reads: stdout, then stderr under a heading, then how it ended."""
     parts = []
@@ -162,24 +195,40 @@ def summarize(done: Completed, timeout: float) -> str:
     if done.stderr:
         parts.append("[stderr]\n" + done.stderr.rstrip("\n"))
     if done.timed_out:
-        parts.append(f"[timed out after {timeout:g} s: the command and every process it started were killed]")
+        parts.append(f"[timed out after {timeout:g} s: {describe_kill(done)}]")
     elif done.signal is not None:
         name = signal.Signals(done.signal).name if done.signal in signal.valid_signals() else str(done.signal)
         parts.append(f"[killed by signal {name}: exit code {done.exit_code}]")
     elif done.exit_code:
         parts.append(f"[exit code {done.exit_code}]")
+    if not done.timed_out and not done.stopped and done.killed:
+        parts.append(f"[the command ended; {describe_kill(done, ' it left running')}]")
+    parts += _aftermath(done)
     return "\n".join(parts) if parts else "[no output]"
 
 
+def stopped_result(done: Completed, structured: dict[str, Any], reason: str) -> ToolResult:
+    """The result of a call stopped by its caller: an error of kind "cancelled", saying what was
+    killed, with what the command wrote until then."""
+    why = f" ({reason})" if reason else ""
+    error = f"stopped: the call was cancelled{why}: {describe_kill(done)}"
+    shown = [part for part in (done.stdout.rstrip("\n"), done.stderr and "[stderr]\n" + done.stderr.rstrip("\n"))
+             if part]
+    output = "\n".join([*shown, f"[{error}]", *_aftermath(done)])
+    return ToolResult(id="", name="", output=output, error=error, error_kind="cancelled",
+                      output_structured=structured)
+
+
 def make_handler(config: Mapping[str, Any], workspace: Path,
-                 session_dir: Path | None = None) -> Callable[[dict[str, Any]], ToolResult]:
+                 session_dir: Path | None = None) -> Callable[[dict[str, Any], CallContext], ToolResult]:
     """The `shell` handler for one Nexus: a closure over its settings, workspace and session
-    folder, so one plugin module can serve many Nexus instances with different configs."""
+    folder, so one plugin module can serve many Nexus instances with different configs. It takes
+    the call's context, to stop the command when the call is cancelled (`ctx.cancel`)."""
     shell = find_shell(config["shell"])
     default_timeout: float = config["timeout_seconds"]
     cap: int = config["max_output_bytes"]
 
-    def shell_handler(arguments: dict[str, Any]) -> ToolResult:
+    def shell_handler(arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         try:
             cwd = resolve_workdir(workspace, arguments.get("workdir"), session_dir)
         except ValueError as exc:
@@ -188,7 +237,7 @@ def make_handler(config: Mapping[str, Any], workspace: Path,
         try:
             done = run_command([shell, "-c", arguments["command"]], cwd=cwd,
                                env=command_env(config["env_allowlist"], config["env"]),
-                               timeout=timeout, max_output_bytes=cap)
+                               timeout=timeout, max_output_bytes=cap, stop=ctx.cancel)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the command
             return failure(f"cannot start {shell}: {getattr(exc, 'strerror', None) or exc}")
         structured = {
@@ -198,7 +247,10 @@ def make_handler(config: Mapping[str, Any], workspace: Path,
             "timed_out": done.timed_out,
             "stdout_truncated": done.stdout_truncated,
             "stderr_truncated": done.stderr_truncated,
+            "killed": [{"pid": pid, "name": name} for pid, name in done.killed],
         }
+        if done.stopped:
+            return stopped_result(done, structured, ctx.cancel.reason)
         return ToolResult(id="", name="", output=summarize(done, timeout), output_structured=structured)
 
     return shell_handler
@@ -218,8 +270,11 @@ def nexus_doctor(nexus: Nexus) -> list[str]:
     within their reach by default."""
     root = Path(os.path.realpath(nexus.config.workspace))
     session = Path(os.path.realpath(nexus.config.session_dir))
-    lines = [f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
-             "whatever the host user can"]
+    lines = [(f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
+              "whatever the host user can (.git/config too: gate the shell, or Ask)")]
+    available, how = kill_method()
+    lines.append(f"process tree: {'available' if available else 'unavailable'} here: {how}; on timeout, "
+                 "on the call being stopped and when the command ends")
     if session.is_relative_to(root):
         lines.append(f"warning: the session folder ({nexus.config.session_dir}) is inside the workspace: the shell "
                      "refuses to start a command there, but a command can cd to it; keep it outside")
@@ -240,5 +295,5 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     # One tool under every name: the registry resolves an alias to this ToolDef, so a gate for
     # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
     register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
-                     output_schema=OUTPUT_SCHEMA, annotations=hints, aliases=tuple(config["aliases"]),
-                     approval_note=APPROVAL_NOTE))
+                     output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
+                     aliases=tuple(config["aliases"]), approval_note=APPROVAL_NOTE))

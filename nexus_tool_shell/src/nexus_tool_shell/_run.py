@@ -1,31 +1,69 @@
-"""Running one command: in its own process group, under a wall-clock timeout that kills the whole
-group, with stdout and stderr captured up to a cap.
+"""Running one command: under a wall-clock timeout and a caller's stop, with stdout and stderr
+captured up to a cap, and nothing it started left running afterwards.
+
+Two ways to end everything a command started, by what the system offers (`kill_method` says which):
+
+- **a supervisor** (Linux): the command runs below a small Python process that is a child
+  subreaper (see _supervisor), so every process the command starts stays its descendant, even
+  one that calls `setsid` or double-forks; when the command ends, times out or is stopped, the
+  supervisor kills them all and says which it killed.
+- **the process group** (elsewhere, or where the interpreter cannot be started again): the
+  command runs in its own session and process group, and the group is killed; a process that
+  leaves the group survives.
 
 Nothing here knows about Nexus; `run_command` is a plain function the plugin calls per tool call.
+
+    host (run_command)                 supervisor                        command
+    Popen(python -I -S -c SRC, env, argv)
+                                       PR_SET_CHILD_SUBREAPER
+                                       fork ─ report {"started": pid} ─► exec bash -c ... (new session)
+    timeout, stop: "kill" ───────────► kill every descendant, round ──► its children, setsid or not: gone
+                                       after round, and reap them
+    read the report ◄───────────────── {"exit", "killed", "left"}
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import selectors
 import signal
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any, Protocol
 
-#: how long to keep reading after the command ended, for output still in the pipes. Only a
-#: process that left the process group (setsid) can hold a pipe open past the group's kill.
+#: how long to keep reading after everything was killed, for output still in the pipes. Only a
+#: process that could not be killed (or that left the group, without a supervisor) can hold a
+#: pipe open past that.
 _DRAIN_SECONDS = 1.0
 #: how often to look for the command's exit where the OS gives no exit notification (no pidfd)
 _POLL_SECONDS = 0.02
+#: how long the supervisor may take to report after it was told to kill (its own grace is 5 s)
+_REPORT_SECONDS = 15.0
+
+
+class Stoppable(Protocol):
+    """What a caller can stop a command with: nexus_core's CancelToken, or anything like it."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def on_cancel(self, fn: Callable[[], Any]) -> Callable[[], None]: ...
 
 
 @dataclass(frozen=True)
 class Completed:
-    """How a command ended. `exit_code` is None when it timed out (it was killed, it did not
-    exit); a command killed by signal N reports 128 + N, as a shell does."""
+    """How a command ended. `exit_code` is None when it timed out or was stopped (it was killed,
+    it did not exit); a command killed by signal N reports 128 + N, as a shell does. `killed`
+    are the (pid, name) of the processes killed at its end, `left` the (pid, name, why) of any
+    that could not be."""
 
     stdout: str
     stderr: str
@@ -34,6 +72,12 @@ class Completed:
     stdout_truncated: bool
     stderr_truncated: bool
     signal: int | None = None
+    stopped: bool = False
+    killed: tuple[tuple[int, str], ...] = ()
+    left: tuple[tuple[int, str, str], ...] = ()
+    #: what ended the command's processes: "supervisor", "process group", or why the
+    #: supervisor could not (its death, or no subreaper)
+    kill_note: str = ""
 
 
 class _Capture:
@@ -110,6 +154,58 @@ def _exit_notifier(pid: int) -> int | None:
         return None
 
 
+# -- which way -------------------------------------------------------------------------------
+
+
+@functools.cache
+def _supervisor_source() -> str:
+    return resources.files(__package__).joinpath("_supervisor.py").read_text(encoding="utf-8")
+
+
+def supervisor_argv(request_fd: int, report_fd: int, argv: Sequence[str]) -> list[str]:
+    """The supervisor's command line: this interpreter, isolated, without site-packages, then
+    its pipes and the command (its environment goes through the request pipe)."""
+    return [sys.executable, "-I", "-S", "-B", "-c", _supervisor_source(), str(request_fd), str(report_fd), *argv]
+
+
+def _env_request(env: Mapping[str, str]) -> bytes:
+    """The command's environment as the supervisor reads it: a byte count, a newline, then
+    NAME=VALUE entries separated by NUL (which neither may hold)."""
+    blob = b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
+    return f"{len(blob)}\n".encode() + blob
+
+
+def _why_no_supervisor() -> str:
+    """Why commands cannot run below a supervisor here ("" when they can)."""
+    if not sys.platform.startswith("linux"):
+        return f"a child subreaper is Linux-only (this is {sys.platform})"
+    if not sys.executable or not os.access(sys.executable, os.X_OK):
+        return "the Python interpreter cannot be started again (sys.executable is not set)"
+    return ""
+
+
+@functools.cache
+def kill_method() -> tuple[bool, str]:
+    """(True, how) when commands run below a subreaper supervisor here, else (False, why not and
+    what is done instead): tried once per process, by running `true` below one."""
+    why = _why_no_supervisor()
+    if not why:
+        try:
+            done = _run_supervised(["/bin/sh", "-c", "true"], cwd=Path("/"), env={}, timeout=60,
+                                   max_output_bytes=256, stop=None)
+        except OSError as exc:
+            why = f"the supervisor cannot start: {exc.strerror or exc}"
+        else:
+            if done.kill_note == "supervisor":
+                return True, ("a supervisor that is PR_SET_CHILD_SUBREAPER kills every process the command started, "
+                              "setsid or double-forked")
+            why = done.kill_note
+    return False, f"{why}; the command's process group is killed, a process that leaves it (setsid) is not"
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
 def run_command(
     argv: Sequence[str],
     *,
@@ -117,91 +213,297 @@ def run_command(
     env: Mapping[str, str],
     timeout: float,
     max_output_bytes: int,
+    stop: Stoppable | None = None,
 ) -> Completed:
-    """Run `argv` and wait for it, at most `timeout` seconds.
+    """Run `argv` and wait for it, at most `timeout` seconds, or until `stop` is cancelled.
 
-    The command gets its own session and process group (so it has no controlling terminal and
-    one signal reaches everything it started) and an empty stdin. When the shell exits, or the
-    timeout passes, the whole group is killed: nothing the command started outlives the call.
-    Raises OSError when the command cannot be started.
+    The command gets its own session and process group (no controlling terminal) and an empty
+    stdin. When the shell exits, the timeout passes or the caller stops it, every process it
+    started is killed (see the module docstring for how): nothing the command started outlives
+    the call. Raises OSError when the command cannot be started.
     """
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = _Capture("stdout", max_output_bytes), _Capture("stderr", max_output_bytes)
-    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
-    pidfd = _exit_notifier(proc.pid)
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    ended_at: float | None = None  # when the shell exited or was killed
+    if _why_no_supervisor():
+        return _run_grouped(argv, cwd=cwd, env=env, timeout=timeout, max_output_bytes=max_output_bytes, stop=stop)
+    return _run_supervised(argv, cwd=cwd, env=env, timeout=timeout, max_output_bytes=max_output_bytes, stop=stop)
 
-    with selectors.DefaultSelector() as selector:
+
+@dataclass
+class _Pipes:
+    """The command's stdout and stderr, read into their captures while the call waits."""
+
+    selector: selectors.BaseSelector
+    captures: dict[int, _Capture]
+    out: _Capture
+    err: _Capture
+
+    @classmethod
+    def of(cls, proc: subprocess.Popen[bytes], selector: selectors.BaseSelector, limit: int) -> _Pipes:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = _Capture("stdout", limit), _Capture("stderr", limit)
+        captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
         for fd in captures:
             os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ)
-        if pidfd is not None:
-            selector.register(pidfd, selectors.EVENT_READ)
-        try:
-            while True:
-                now = time.monotonic()
-                if ended_at is None:
-                    if _has_exited(proc):
-                        ended_at = now
-                        _kill_group(proc.pid)  # background jobs (`cmd &`) end with the command
-                    elif now >= deadline:
-                        ended_at, timed_out = now, True
-                        _kill_group(proc.pid)
-                    if ended_at is not None and pidfd is not None:
-                        selector.unregister(pidfd)
-                open_pipes = len(selector.get_map()) - (1 if pidfd is not None and ended_at is None else 0)
-                if ended_at is not None and (open_pipes == 0 or now >= ended_at + _DRAIN_SECONDS):
-                    break
-                if ended_at is not None:
-                    wait = ended_at + _DRAIN_SECONDS - now
-                elif pidfd is not None:
-                    wait = deadline - now
-                else:
-                    wait = min(_POLL_SECONDS, deadline - now)
-                for key, _ in selector.select(timeout=max(wait, 0)):
-                    if key.fd == pidfd:
-                        continue  # the exit is handled at the top of the loop
-                    try:
-                        data = os.read(key.fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if data:
-                        captures[key.fd].add(data)
-                    else:
-                        selector.unregister(key.fd)
-        finally:
-            if pidfd is not None:
-                os.close(pidfd)
-            if ended_at is None:  # interrupted (KeyboardInterrupt): leave nothing running
-                _kill_group(proc.pid)
-            proc.stdout.close()
-            proc.stderr.close()
-            returncode = proc.wait()
+        return cls(selector, captures, out, err)
 
-    exit_code: int | None = returncode
-    killed_by: int | None = None
+    @property
+    def open(self) -> int:
+        return sum(1 for key in self.selector.get_map().values() if key.fd in self.captures)
+
+    def read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if data:
+            self.captures[fd].add(data)
+        else:
+            self.selector.unregister(fd)
+
+
+class _Waker:
+    """A pipe a caller's stop writes to, so the waiting loop wakes at once; safe to poke from
+    another thread after the loop ended (it is then closed, and a poke does nothing)."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def poke(self) -> None:
+        with self._lock:
+            if not self._closed:
+                try:
+                    os.write(self._write_fd, b"!")
+                except BlockingIOError:
+                    pass  # already poked
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            os.close(self._write_fd)
+            os.close(self.read_fd)
+
+
+def _exit_code(returncode: int | None, timed_out: bool, stopped: bool) -> tuple[int | None, int | None]:
+    """(exit_code, signal) as the result reports them."""
+    if returncode is None or timed_out or stopped:
+        return None, None
     if returncode < 0:
-        killed_by = -returncode
-        exit_code = 128 + killed_by
-    if timed_out:
-        exit_code, killed_by = None, None
+        return 128 - returncode, -returncode
+    return returncode, None
+
+
+def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
+                    max_output_bytes: int, stop: Stoppable | None) -> Completed:
+    """The command below a supervisor (see _supervisor): it reports when the command started,
+    and once it ended and everything it started was killed; the host asks it to kill on a
+    timeout or a stop, and closing the request pipe (this process ending) asks the same."""
+    request_r, request_w = os.pipe()
+    report_r, report_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            supervisor_argv(request_r, report_w, argv), cwd=cwd, env={}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            pass_fds=(request_r, report_w),
+        )
+    except BaseException:
+        os.close(request_w)
+        os.close(report_r)
+        raise
+    finally:
+        os.close(request_r)
+        os.close(report_w)
+    deadline = time.monotonic() + timeout
+    waker = _Waker()
+    reports: list[dict[str, Any]] = []
+    pending = b""
+    timed_out = stopped = asked = False
+    ended_at: float | None = None  # when the last report came, or the supervisor was given up on
+
+    def ask_to_kill() -> None:
+        nonlocal asked
+        asked = True
+        try:
+            os.write(request_w, b"kill\n")
+        except OSError:
+            pass  # the supervisor is gone: its end is handled after the loop
+
+    try:
+        try:
+            _write_all(request_w, _env_request(env))
+        except BrokenPipeError:
+            pass  # the supervisor died at once: found after the loop
+        forget = stop.on_cancel(waker.poke) if stop is not None else (lambda: None)
+        with selectors.DefaultSelector() as selector:
+            pipes = _Pipes.of(proc, selector, max_output_bytes)
+            selector.register(report_r, selectors.EVENT_READ)
+            selector.register(waker.read_fd, selectors.EVENT_READ)
+            try:
+                while True:
+                    now = time.monotonic()
+                    if ended_at is None and not asked:
+                        if stop is not None and stop.cancelled:
+                            stopped = True
+                        elif now >= deadline:
+                            timed_out = True
+                        if stopped or timed_out:
+                            ask_to_kill()
+                            deadline = now + _REPORT_SECONDS  # for the report, from here
+                    elif ended_at is None and now >= deadline:  # asked, and no report came
+                        proc.kill()
+                        ended_at = now
+                    if ended_at is not None and (pipes.open == 0 or now >= ended_at + _DRAIN_SECONDS):
+                        break
+                    wait = deadline - now if ended_at is None else ended_at + _DRAIN_SECONDS - now
+                    for key, _ in selector.select(timeout=max(wait, 0)):
+                        if key.fd == waker.read_fd:
+                            selector.unregister(waker.read_fd)  # stopped: seen at the top
+                        elif key.fd != report_r:
+                            pipes.read(key.fd)
+                        elif data := os.read(report_r, 65536):
+                            pending += data
+                            *lines, pending = pending.split(b"\n")
+                            reports.extend(_parse(line) for line in lines if line.strip())
+                            if ended_at is None and any("exit" in r or "error" in r for r in reports):
+                                ended_at = time.monotonic()
+                        else:  # the supervisor exited (after its last report, or killed)
+                            selector.unregister(report_r)
+                            if ended_at is None:
+                                ended_at = time.monotonic()
+            finally:
+                forget()
+                if ended_at is None:  # interrupted (KeyboardInterrupt): leave nothing running
+                    ask_to_kill()
+    finally:
+        os.close(request_w)  # if it still runs, the supervisor kills what is left when this closes
+        waker.close()
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+        try:
+            proc.wait(timeout=_REPORT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.close(report_r)
+    return _supervised_result(reports, pipes, timed_out, stopped)
+
+
+def _supervised_result(reports: list[dict[str, Any]], pipes: _Pipes, timed_out: bool, stopped: bool) -> Completed:
+    started = next((r for r in reports if "started" in r), None)
+    error = next((r["error"] for r in reports if "error" in r), None)
+    if error is not None:
+        raise OSError(0, str(error))
+    if started is None or not isinstance(started["started"], int):
+        tail = pipes.err.text().strip().splitlines()[-1:] or ["it printed nothing"]
+        raise OSError(0, f"the supervisor did not start the command ({tail[0]})")
+    final = next((r for r in reports if "exit" in r), None)
+    if final is None:
+        # the supervisor died (a command can `kill -9 $PPID`): the command's process group is all
+        # that can still be reached
+        _kill_group(started["started"])
+        note = "the supervisor was killed before the command ended: only its process group was killed"
+    elif not started.get("subreaper"):
+        note = f"no subreaper ({started.get('why') or 'prctl failed'}): processes that left it may be left"
+    else:
+        note = "supervisor"
+    returncode = final.get("exit") if final is not None else None
+    exit_code, killed_by = _exit_code(returncode if isinstance(returncode, int) else None, timed_out, stopped)
     return Completed(
-        stdout=out.text(),
-        stderr=err.text(),
-        exit_code=exit_code,
-        timed_out=timed_out,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-        signal=killed_by,
+        stdout=pipes.out.text(), stderr=pipes.err.text(), exit_code=exit_code, timed_out=timed_out,
+        stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated, signal=killed_by,
+        stopped=stopped,
+        killed=tuple((int(pid), str(name)) for pid, name in (final or {}).get("killed", [])),
+        left=tuple((int(pid), str(name), str(why)) for pid, name, why in (final or {}).get("left", [])),
+        kill_note=note,
     )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    """One report line of the supervisor: a Python literal (see _supervisor), never code."""
+    try:
+        message = ast.literal_eval(line.decode("utf-8", "replace"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+def _run_grouped(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
+                 max_output_bytes: int, stop: Stoppable | None) -> Completed:
+    """The command in its own session and process group, the group killed at its end."""
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    pidfd = _exit_notifier(proc.pid)
+    deadline = time.monotonic() + timeout
+    timed_out = stopped = False
+    ended_at: float | None = None  # when the shell exited or was killed
+    waker = _Waker()
+    forget = stop.on_cancel(waker.poke) if stop is not None else (lambda: None)
+
+    try:
+        with selectors.DefaultSelector() as selector:
+            pipes = _Pipes.of(proc, selector, max_output_bytes)
+            if pidfd is not None:
+                selector.register(pidfd, selectors.EVENT_READ)
+            selector.register(waker.read_fd, selectors.EVENT_READ)
+            try:
+                while True:
+                    now = time.monotonic()
+                    if ended_at is None:
+                        if _has_exited(proc):
+                            ended_at = now
+                            _kill_group(proc.pid)  # background jobs (`cmd &`) end with the command
+                        elif stop is not None and stop.cancelled:
+                            ended_at, stopped = now, True
+                            _kill_group(proc.pid)
+                        elif now >= deadline:
+                            ended_at, timed_out = now, True
+                            _kill_group(proc.pid)
+                        if ended_at is not None and pidfd is not None:
+                            selector.unregister(pidfd)
+                    if ended_at is not None and (pipes.open == 0 or now >= ended_at + _DRAIN_SECONDS):
+                        break
+                    if ended_at is not None:
+                        wait = ended_at + _DRAIN_SECONDS - now
+                    elif pidfd is not None:
+                        wait = deadline - now
+                    else:
+                        wait = min(_POLL_SECONDS, deadline - now)
+                    for key, _ in selector.select(timeout=max(wait, 0)):
+                        if key.fd == pidfd:
+                            continue  # the exit is handled at the top of the loop
+                        if key.fd == waker.read_fd:
+                            selector.unregister(waker.read_fd)  # stopped: handled at the top
+                            continue
+                        pipes.read(key.fd)
+            finally:
+                forget()
+                if pidfd is not None:
+                    os.close(pidfd)
+                if ended_at is None:  # interrupted (KeyboardInterrupt): leave nothing running
+                    _kill_group(proc.pid)
+                assert proc.stdout is not None and proc.stderr is not None
+                proc.stdout.close()
+                proc.stderr.close()
+                returncode = proc.wait()
+    finally:
+        waker.close()
+
+    exit_code, killed_by = _exit_code(returncode, timed_out, stopped)
+    return Completed(
+        stdout=pipes.out.text(), stderr=pipes.err.text(), exit_code=exit_code, timed_out=timed_out,
+        stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated, signal=killed_by,
+        stopped=stopped, kill_note="process group",
+    )
+
+

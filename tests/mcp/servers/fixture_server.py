@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +28,46 @@ from pydantic import BaseModel
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
+
+
+#: a process that ignores SIGTERM and SIGHUP and sleeps (10 minutes at most, should a test leak
+#: it); its command line carries STUBBORN, to be found by
+STUBBORN = "nexus-test-stubborn"
+STUBBORN_CODE = ("import signal, time\n"
+                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                 "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+                 "print('ready', flush=True)\n"
+                 "time.sleep(600)\n")
+#: a daemon's double fork: the middle process prints its child's pid and exits at once, so the
+#: child (in a session of its own) is an orphan from the start
+DAEMON_CODE = ("import os, sys\n"
+               "child = os.fork()\n"
+               "if child == 0:\n"
+               "    os.setsid()\n"
+               "    os.execv(sys.executable, [sys.executable, '-c', sys.argv[1], sys.argv[2]])\n"
+               "print('pid', child, flush=True)\n"
+               "os._exit(0)\n")
+
+
+def spawn_stubborn(how: str) -> int:
+    """Start a stubborn process that left the server's process group (`setsid`: a session of its
+    own; `setpgid`: a group of its own; `daemon`: a double fork, orphaned at once): its pid,
+    once it ignores SIGTERM."""
+    argv = [sys.executable, "-c", STUBBORN_CODE, STUBBORN]
+    if how == "daemon":
+        argv = [sys.executable, "-c", DAEMON_CODE, STUBBORN_CODE, STUBBORN]
+    options = {"setsid": {"start_new_session": True}, "setpgid": {"process_group": 0}, "daemon": {}}[how]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, **options)  # type: ignore[call-overload]
+    assert process.stdout is not None
+    pid = process.pid
+    lines = [process.stdout.readline().split() for _ in range(2 if how == "daemon" else 1)]
+    for line in lines:
+        if line[:1] == [b"pid"]:
+            pid = int(line[1])
+    assert [b"ready"] in lines, lines
+    if how == "daemon":
+        process.wait()  # the middle process is gone: the stubborn one is an orphan
+    return pid
 
 
 class Point(BaseModel):
@@ -96,6 +139,20 @@ def build() -> MCPServer:
         for level in range(depth - 1, -1, -1):
             node = Tree(name=f"n{level}", children=[node])
         return node
+
+    @server.tool()
+    def spawn(how: str) -> int:
+        """Start a process that ignores SIGTERM and left this server's process group: `setsid`,
+        `setpgid` or `daemon` (a double fork). Its pid."""
+        return spawn_stubborn(how)
+
+    @server.tool()
+    async def linger() -> str:
+        """From now on, ignore SIGTERM and do not exit when stdin closes (async: on the main
+        thread, where signal handlers are set)."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+        return "lingering"
 
     @server.tool()
     def env(name: str) -> str:

@@ -20,13 +20,14 @@ one are private; these names are the API.
 
 from ._calls import format_tool_call, parse_tool_call, parse_tool_calls
 from ._common import FORMATS, Format
-from ._declare import AllowedCallers, SchemaOptions, mcp_output_schema, to_provider_schemas
+from ._declare import OPTION_FORMATS, AllowedCallers, SchemaOptions, mcp_output_schema, to_provider_schemas
 from ._gemini import GeminiSchemaError, gemini_json_schema, gemini_schema
 from ._replies import format_tool_result
 from ._strict import StrictSchemaError, drop_optional_nulls, strict_schema
 
 __all__ = [
     "FORMATS",
+    "OPTION_FORMATS",
     "AllowedCallers",
     "Format",
     "GeminiSchemaError",

@@ -29,7 +29,8 @@ class SchemaOptions(TypedDict, total=False):
     json_schema: bool | None
 
 
-_OPTION_FORMATS = {
+#: the formats that take each option of `to_provider_schemas`
+OPTION_FORMATS: dict[str, tuple[str, ...]] = {
     "strict": ("openai", "openai-responses"),
     "allowed_callers": ("anthropic", "openai-responses"),
     "json_schema": ("gemini",),
@@ -118,8 +119,8 @@ def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool =
     tools, canonical = with_aliases(tools)
     given = {"strict": strict, "allowed_callers": allowed_callers, "json_schema": json_schema}
     for option, value in given.items():
-        if value not in (None, False) and format not in _OPTION_FORMATS[option]:
-            formats = " and ".join(repr(f) for f in _OPTION_FORMATS[option])
+        if value not in (None, False) and format not in OPTION_FORMATS[option]:
+            formats = " and ".join(repr(f) for f in OPTION_FORMATS[option])
             raise ValueError(f"{PROVIDER[format]} tools ({format!r}) have no {option!r} option; it is for {formats}")
     callers = _allowed_callers(tools, allowed_callers, canonical)
 

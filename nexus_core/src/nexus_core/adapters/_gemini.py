@@ -232,7 +232,7 @@ def gemini_json_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     `const` becomes a one-value `enum`, and any other keyword moves into the description."""
     root = dict(schema)
     defs = definitions(root)
-    out = _json(root, defs)
+    out: dict[str, Any] = _json(root, defs)
     if "definitions" in root and "$defs" not in out:  # `#/definitions/...` refs must still resolve
         out["definitions"] = {k: _json(v, defs) for k, v in root["definitions"].items()}
     out.setdefault("type", "object")

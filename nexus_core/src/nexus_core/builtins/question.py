@@ -17,9 +17,10 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._markers import hookimpl
 from .._models import CallContext, Question, ToolCall, ToolResult
-from .._native import native_tool
-from ..hookspecs import hookimpl
+from .._plugin import Plugin
+from .._tool import native_tool
 
 if TYPE_CHECKING:
     from .._nexus import Nexus
@@ -82,6 +83,11 @@ def make_question_tool(nexus: Nexus) -> Any:
     return native_tool("question", DESCRIPTION, QUESTION_SCHEMA, run=run, ctx=True)
 
 
-@hookimpl
-def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    register(make_question_tool(nexus))
+class QuestionPlugin(Plugin[None]):
+    """The plugin object of one Nexus (the entry point names this class); it takes no settings."""
+
+    NEXUS_PLUGIN_ID = NEXUS_PLUGIN_ID
+
+    @hookimpl
+    def nexus_register_tools(self, register: Callable[..., Any]) -> None:
+        register(make_question_tool(self.nexus))

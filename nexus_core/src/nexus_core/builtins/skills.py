@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..hookspecs import hookimpl
+from .._markers import hookimpl
+from .._plugin import Plugin
 
 if TYPE_CHECKING:
     from .._models import ToolResult
@@ -43,8 +44,8 @@ def make_skill_tool(nexus: Nexus) -> Any:
     """The `skill` tool of one Nexus (each Nexus has its own skills)."""
     # imported here, not at import: the `nexus` command line imports every plugin's module first
     from .._models import ToolResult
-    from .._native import native_tool
     from .._results import failure
+    from .._tool import native_tool
     from ..skills import SkillError, UnknownSkillError, format_skill, skill_set
 
     def run(arguments: dict[str, Any]) -> ToolResult:
@@ -63,6 +64,12 @@ def make_skill_tool(nexus: Nexus) -> Any:
     return native_tool("skill", _description(nexus), SKILL_SCHEMA, run=run, exposure="direct")
 
 
-@hookimpl
-def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    register(make_skill_tool(nexus))
+class SkillsPlugin(Plugin[None]):
+    """The plugin object of one Nexus (the entry point names this class); it takes no settings:
+    the folders skills come from are the core's `skills:` key."""
+
+    NEXUS_PLUGIN_ID = NEXUS_PLUGIN_ID
+
+    @hookimpl
+    def nexus_register_tools(self, register: Callable[..., Any]) -> None:
+        register(make_skill_tool(self.nexus))

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .._markers import hookimpl
 from .._models import ToolResult
-from .._native import native_tool
-from ..hookspecs import hookimpl
+from .._plugin import Plugin
+from .._tool import native_tool
 
 if TYPE_CHECKING:
     from .._nexus import Nexus
@@ -116,12 +117,14 @@ def make_todowrite(todo: TodoList) -> Any:
     return native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run)
 
 
-class TodoPlugin:
-    """The plugin object each Nexus makes (the entry point names this class): one list each."""
+class TodoPlugin(Plugin[None]):
+    """The plugin object each Nexus makes (the entry point names this class): one list each. It
+    takes no settings."""
 
     NEXUS_PLUGIN_ID = NEXUS_PLUGIN_ID
 
-    def __init__(self) -> None:
+    def __init__(self, nexus: Nexus) -> None:
+        super().__init__(nexus)
         self.todos = TodoList()
 
     @hookimpl

@@ -8,4 +8,6 @@
     session.py    session folders: a run persisted
     watchdog.py   the wall-clock limit
     fastpath.py   the latency tricks: the early child, placement, polling, reader threads, spares
+    hookspecs.py  run_code's own hooks (the `nexus.hookspecs` entry point names this module)
+    events.py     their payloads: CodeExecRequest, CodeExecChunk, CodeExecResult
 """

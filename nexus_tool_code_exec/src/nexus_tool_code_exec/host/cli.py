@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
-from nexus_core import CodeExecChunk, ToolCall, hookimpl
+from nexus_core import ToolCall, hookimpl
 from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError, print_result
+
+from .events import CodeExecChunk
 
 PLUGIN_ID = "nexus.tool.code_exec"
 

@@ -32,17 +32,10 @@ from typing import Any
 
 import attrs
 
-from nexus_core import (
-    CallContext,
-    CodeExecChunk,
-    CodeExecRequest,
-    CodeExecResult,
-    Nexus,
-    ToolDef,
-    ToolResult,
-)
+from nexus_core import CallContext, Nexus, ToolDef, ToolResult
 
 from .. import protocol, sandbox
+from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
 from ..launchers.base import Launcher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
@@ -537,7 +530,7 @@ class CodeExec:
         if not run.record:
             return
         run.announced = True
-        self.nexus.hook.nexus_code_exec_request(request=CodeExecRequest(
+        self.nexus.notify("nexus_code_exec_request", request=CodeExecRequest(
             call_id=run.call_id, script=run.script, session_dir=str(run.folder) if run.folder else None))
         if run.folder is not None:
             run.files = self.sessions.open(run.folder, run.script)
@@ -549,7 +542,7 @@ class CodeExec:
                 # a record that cannot be written is an error of the run (persist logs it too)
                 outcome.record_error = self.sessions.persist(run.folder, run.files, run.script, outcome)
             if run.announced:
-                self.nexus.hook.nexus_code_exec_result(result=CodeExecResult(
+                self.nexus.notify("nexus_code_exec_result", result=CodeExecResult(
                     call_id=run.call_id, stdout=outcome.stdout, result=outcome.result, error=self._error_of(outcome),
                     stdout_truncated=outcome.stdout_truncated, duration_seconds=outcome.duration,
                     tool_calls=len(outcome.call_lines),
@@ -557,10 +550,7 @@ class CodeExec:
         return outcome
 
     def _emit_chunk(self, chunk: CodeExecChunk) -> None:
-        try:
-            self.nexus.hook.nexus_code_exec_stdout(chunk=chunk)
-        except Exception:
-            log.exception("an observer of nexus_code_exec_stdout raised")
+        self.nexus.notify("nexus_code_exec_stdout", chunk=chunk)  # each observer contained
 
     @staticmethod
     def _error_of(outcome: Outcome) -> str | None:

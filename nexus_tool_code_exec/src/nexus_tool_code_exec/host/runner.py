@@ -27,10 +27,11 @@ from typing import Any
 
 import attrs
 
-from nexus_core import CodeExecChunk, Nexus, ToolCall, ToolResult
+from nexus_core import Nexus, ToolCall, ToolResult
 
 from .. import protocol
 from ..child.errors import where_text
+from .events import CodeExecChunk
 from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath

@@ -13,9 +13,10 @@ from typing import Any
 
 import attrs
 
-from nexus_core import CodeExecChunk, ToolCall, ToolResult
+from nexus_core import ToolCall, ToolResult
 
 from .. import protocol
+from .events import CodeExecChunk
 
 
 class Streamer:

@@ -169,12 +169,30 @@ class _Zygote:
             self.send({"t": protocol.PRELOAD, "key": key, "bindings": bindings})
             self.preloaded_key = key
 
+    def hurry(self) -> None:
+        """Lift SCHED_IDLE off the zygote: a run now waits for what it is doing. It forks spares
+        under SCHED_IDLE, on CPU time nobody else wants (zygote/main.py), and a busy machine has
+        none: there the fork took seconds, and the answers queued behind it (a child's exit the
+        host waits 2 s for, so a script that exited was reported as "ended" without its status;
+        the spare or the fork a run waits for) with it. The zygote returns to SCHED_OTHER after
+        each fork by itself; a spare forked meanwhile keeps the policy it was forked with."""
+        pid = self.pid
+        if pid is None or not hasattr(os, "SCHED_IDLE"):
+            return
+        try:
+            if os.sched_getscheduler(pid) == os.SCHED_IDLE:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:  # gone, or not ours to change (not root: it never went idle)
+            pass
+
     def take_spare(self) -> ZygoteChild | None:
         """A spare for a run: one held, or the one being forked (waited for up to SPARE_WAIT);
         None where none is coming (more runs at once than spares)."""
         self.wait_for(lambda: False, 0)  # what it said since the last run (a spare, folders to remove)
         while True:
             key = self.preloaded_key
+            if not self.spares.held():
+                self.hurry()  # the spare coming is being forked under SCHED_IDLE
             if not self.wait_for(lambda: bool(self.spares.held()) or not self.spares.coming, SPARE_WAIT):
                 with self._cond:
                     self.spares.coming.clear()  # it did not come: do not wait for it again
@@ -200,6 +218,7 @@ class _Zygote:
 
     def fork(self) -> ZygoteChild:
         """A child forked now (no spare at hand: more runs at once than spares)."""
+        self.hurry()  # the FORK waits behind a spare's fork under SCHED_IDLE, if one is going on
         with self._cond:
             if self.gone:
                 raise ZygoteError("the zygote is gone")
@@ -234,7 +253,16 @@ class _Zygote:
     def exit_of(self, pid: int, timeout: float) -> _Exit | None:
         """How child `pid` (which a run has) ended, once the zygote reported it, waiting up to
         `timeout` seconds; None if that did not come."""
-        self.wait_for(lambda: self._watched.get(pid) is not None, timeout)
+        # The zygote may be forking a spare under SCHED_IDLE, the report queued behind it; and it
+        # may go idle only after this call began (the KILL that asks for the report also starts
+        # the replacement's fork, before the child's reap): so lifted at each poll, not once.
+        deadline = time.monotonic() + timeout
+        while self._watched.get(pid) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.hurry()
+            self.wait_for(lambda: self._watched.get(pid) is not None, min(left, 0.05))
         with self._cond:
             return self._watched.get(pid)
 

@@ -1,0 +1,32 @@
+"""Model requests: what an agent loop sends a model and gets back, in no provider's format, and
+what a provider plugin implements (`ModelProvider`, or `SDKProvider` for one on a vendor's SDK).
+
+Every request goes through `Nexus.complete(request)`: the request gates, the provider that
+`request.provider` names, the response observers. See docs/agent.md.
+"""
+
+from ._llm import (
+    Message,
+    ModelCall,
+    ModelError,
+    ModelErrorKind,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    SDKProvider,
+    Usage,
+    split_model,
+)
+
+__all__ = [
+    "Message",
+    "ModelCall",
+    "ModelError",
+    "ModelErrorKind",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "SDKProvider",
+    "Usage",
+    "split_model",
+]

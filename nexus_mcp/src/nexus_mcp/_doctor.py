@@ -1,0 +1,24 @@
+"""What `nexus doctor` says of the protections this package puts around MCP (docs/security.md):
+one line each, whether or not any server is configured."""
+
+from __future__ import annotations
+
+from ._http_security import MIN_TOKEN_LENGTH, TOKEN_ENV
+from ._reaper import supervision_unavailable
+
+
+def protections() -> list[str]:
+    why = supervision_unavailable()
+    tree = ("stdio servers' processes: each server runs under a subreaper (nexus-mcp-reap), so its whole process "
+            "tree ends with it, children that left its process group included"
+            if why is None else
+            f"stdio servers' processes: only each server's process group is stopped with it (no subreaper: {why}); "
+            "a child that calls setsid() can outlive it")
+    return [
+        tree,
+        ("tool names: a name two MCP servers' tools would share (in Nexus, or in run_code) goes to neither; "
+         "a name given never moves to another server's tool"),
+        (f"mcp serve --http: a bearer token on every request (made at each start, or {TOKEN_ENV} or "
+         f"serve.token/serve.token_file, {MIN_TOKEN_LENGTH}+ characters; none in the URL); Host and Origin checked "
+         "against the address bound; a non-loopback address needs --allow-remote"),
+    ]
