@@ -158,6 +158,9 @@ class Invoker:
         #: call id -> the approver and cancel token given to that call (or inherited from its
         #: parent), while it runs: an inner call (run_code's, a tool's) finds its parent's here
         self._inherited: dict[str, tuple[Approver | None, CancelToken | None]] = {}
+        #: call id -> the call, from its gates' verdict until it ends: where an inner call comes
+        #: from, for the question a person is asked about it (`chain`)
+        self._running: dict[str, ToolCall] = {}
 
     # -- the path ---------------------------------------------------------------------------
 
@@ -168,13 +171,16 @@ class Invoker:
             if parent is not None:
                 approver = approver if approver is not None else parent[0]
                 cancel = cancel if cancel is not None else parent[1]
-        if approver is None and cancel is None:
-            return self._invoke(call, context, answer, None, None)
-        self._inherited[call.id] = (approver, cancel)
         try:
-            return self._invoke(call, context, answer, approver, cancel)
+            if approver is None and cancel is None:
+                return self._invoke(call, context, answer, None, None)
+            self._inherited[call.id] = (approver, cancel)
+            try:
+                return self._invoke(call, context, answer, approver, cancel)
+            finally:
+                self._inherited.pop(call.id, None)
         finally:
-            self._inherited.pop(call.id, None)
+            self._running.pop(call.id, None)
 
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
                 approver: Approver | None, cancel: CancelToken | None) -> ToolResult:
@@ -188,6 +194,7 @@ class Invoker:
         call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
             return self._finish(call, refused, tool)
+        self._running[call.id] = call  # as the gates left it: what an inner call's question shows
 
         if validator is not None:
             problems = _check_arguments(validator, call.arguments)
@@ -230,6 +237,21 @@ class Invoker:
     def _refuse(self, call: ToolCall, tool: ToolDef | None, error: str, kind: ErrorKind) -> ToolResult:
         return self._finish(call, error_result(call, error, kind), tool)
 
+    def chain(self, call: ToolCall) -> tuple[ToolCall, ...]:
+        """The calls in flight that `call` comes through, outermost first, by `parent_call_id`
+        (a run_code script's inner call: the run_code call); empty for a direct call."""
+        out: list[ToolCall] = []
+        seen = {call.id}
+        parent_id = call.parent_call_id
+        while parent_id is not None and parent_id not in seen:
+            parent = self._running.get(parent_id)
+            if parent is None:
+                break
+            out.append(parent)
+            seen.add(parent_id)
+            parent_id = parent.parent_call_id
+        return tuple(reversed(out))
+
     # -- asking a person --------------------------------------------------------------------
 
     def ask(self, question: Question, approver: Approver | None = None) -> Answer:
@@ -238,6 +260,8 @@ class Invoker:
         or returns something unusable, all come back as a refusal (fail closed)."""
         if approver is None:
             approver = self._nexus.approver
+        if not question.chain and question.call.parent_call_id is not None:
+            question = attrs.evolve(question, chain=self.chain(question.call))
         if "nexus_ask_start" in self._pm.implemented:
             try:
                 self._hook.nexus_ask_start(question=question)

@@ -70,7 +70,9 @@ class ToolDef:
     `aliases` are more names a model (or a caller) may use for the same tool: the registry
     resolves each to this one `ToolDef`, so gates, observers and the config's `tools.<name>`
     settings meet one identity (`tool.name` is the canonical name whatever was called) while
-    the call keeps the name it was made with.
+    the call keeps the name it was made with. `approval_note` is a line an approval of a call
+    to the tool shows besides the call (the shell's says its command can do anything the user
+    can).
     """
 
     name: str
@@ -84,6 +86,7 @@ class ToolDef:
     exposure: Exposure = attrs.field(default="both", validator=attrs.validators.in_(EXPOSURES))
     code_description: str = ""
     aliases: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    approval_note: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -173,6 +176,12 @@ class Question:
     `call` the question tool's own call). `call.parent_call_id` tells which call is waiting
     (a script's timeout should not run while a person decides). `tool` is the canonical
     `ToolDef` of an approval's call (its `name` may be an alias).
+
+    `chain` says where the call comes from: the calls in flight it comes through, outermost
+    first, filled in by `Nexus.ask`. Empty for a direct call; for an inner call of a run_code
+    script it ends with the run_code call, whose `script` argument is the script, and
+    `call.metadata["script_line"]` is the script's line that made the call.
+    `nexus_core.terminal.render_question` shows all of it.
     """
 
     kind: Literal["approval", "question"]
@@ -181,6 +190,7 @@ class Question:
     options: tuple[str, ...] = ()
     asked_by: tuple[str, ...] = ()
     tool: ToolDef | None = attrs.field(default=None, eq=False, repr=False)
+    chain: tuple[ToolCall, ...] = ()
 
 
 @attrs.frozen

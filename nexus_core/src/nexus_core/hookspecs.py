@@ -173,10 +173,11 @@ def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> 
 @hookspec(kind="observer")
 def nexus_ask_start(question: Question) -> None:
     """Observe a person being asked (an approval a gate's `Ask` wants, or the `question` tool),
-    before the approver is called; the asking call waits until `nexus_ask_end`. A plugin that
-    runs scripts under a deadline (run_code) uses the pair to stop the clock of the script whose
-    inner call waits (`question.call.parent_call_id`). The return value is ignored; an exception
-    is logged and the person is still asked."""
+    before the approver is called; the asking call waits until `nexus_ask_end`. `question.chain`
+    holds the calls in flight it comes through (a run_code script's inner call: the run_code
+    call). A plugin that runs scripts under a deadline (run_code) uses the pair to stop the
+    clock of the script whose inner call waits (`question.call.parent_call_id`). The return
+    value is ignored; an exception is logged and the person is still asked."""
 
 
 @hookspec(kind="observer")

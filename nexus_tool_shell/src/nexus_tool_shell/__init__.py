@@ -34,6 +34,10 @@ from ._run import Completed, kill_method, run_command
 
 PLUGIN_ID = "nexus.tool.shell"
 
+#: what an approval of a shell call says besides the command (the shell is no sandbox)
+APPROVAL_NOTE = ("the shell runs this command as you: it can do anything your user can (read, change or "
+                 "delete any of your files, reach the network), not only in the workspace")
+
 #: host environment variables a command sees by default: enough for programs to find themselves
 #: and to pick a locale, and no tokens or keys
 DEFAULT_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*",
@@ -291,5 +295,5 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     # One tool under every name: the registry resolves an alias to this ToolDef, so a gate for
     # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
     register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
-                     output_schema=OUTPUT_SCHEMA, annotations=hints, aliases=tuple(config["aliases"]),
-                     takes_context=True))
+                     output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
+                     aliases=tuple(config["aliases"]), approval_note=APPROVAL_NOTE))
