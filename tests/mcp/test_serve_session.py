@@ -12,6 +12,8 @@ import asyncio
 import json
 import logging
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from mcp_helpers import HttpServe
+from mcp_helpers import BIN, HttpServe
 from nexus_mcp._calls import MAX_PENDING_LOGS, CallChannel, visible
 from nexus_mcp._event_store import BoundedEventStore
 
@@ -385,3 +387,35 @@ def test_the_event_store_replays_what_was_missed_and_stays_bounded() -> None:
         assert await store.replay_events_after(ids[0], send) is None  # forgotten, not kept forever
 
     run(check)
+
+
+# -- the MCP Inspector's command line -------------------------------------------------------------
+
+#: the Inspector version test_serve.py uses
+INSPECTOR = "@modelcontextprotocol/inspector@0.17.1"
+
+
+def test_the_mcp_inspector_cli_reads_resources_and_sets_the_log_level(tmp_path: Path) -> None:
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("npx is not installed (Node.js 20 brings it): the MCP Inspector CLI cannot run")
+    skill = tmp_path / "skills" / "haiku"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(SKILL)
+    config = tmp_path / "nexus.yaml"
+    config.write_text(json.dumps({"workspace": str(tmp_path), "session_dir": str(tmp_path / "s"),
+                                  "skills": [str(tmp_path / "skills")], "plugins": {"active": ["nexus.skills"]}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    command = ["-e", f"NEXUS_CONFIG={config}", str(BIN / "nexus"), "mcp", "serve"]
+
+    def inspect(*args: str) -> Any:
+        proc = subprocess.run([npx, "-y", INSPECTOR, "--cli", *command, *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+        return json.loads(proc.stdout)
+
+    listed = inspect("--method", "resources/list")
+    assert [r["uri"] for r in listed["resources"]] == ["skill://haiku/SKILL.md"]
+    read = inspect("--method", "resources/read", "--uri", "skill://haiku/SKILL.md")
+    assert "five, seven, five" in read["contents"][0]["text"]
+    assert inspect("--method", "logging/setLevel", "--log-level", "debug") == {}
