@@ -7,7 +7,7 @@ a loopback proxy that adds it (token_proxy.py), passing every other header as se
 DNS-rebinding scenario's forged `Host` and `Origin` reach the server's own check.
 
 Each scenario the server's declared capabilities cover must pass; the ones it does not (and
-why) are `NOT_SUPPORTED`, as docs/mcp.md lists them. A scenario the suite adds that is in
+why) are `NOT_SUPPORTED`, as docs/mcp.md lists them; with `--stateless`, also `NOT_STATELESS`. A scenario the suite adds that is in
 neither list fails the test, so it is looked at. The suite has no stdio mode for servers
 (`conformance server --url` only): stdio is covered by test_serve.py's SDK and Inspector runs.
 """
@@ -54,6 +54,14 @@ NOT_SUPPORTED = {
     "prompts-get-with-image": "prompts are skills, whose instructions are text",
 }
 
+#: what a `--stateless` server cannot do besides: it keeps no session, so neither the level a
+#: client set with logging/setLevel nor the capabilities it declared at initialize outlive their
+#: request
+NOT_STATELESS = {
+    "tools-call-with-logging": "the level set by logging/setLevel is not kept: each request stands alone",
+    "tools-call-elicitation": "the client's capabilities (elicitation) are not kept: each request stands alone",
+}
+
 SKILL = """---
 name: test_simple_prompt
 description: A simple prompt for the conformance suite.
@@ -79,11 +87,14 @@ def served(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return config, fakes.env()
 
 
-def test_the_conformance_suite_over_http(served: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("stateless", [False, True], ids=["sessions", "stateless"])
+def test_the_conformance_suite_over_http(stateless: bool, served: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     if shutil.which("npx") is None:
         pytest.skip("npx is not installed (Node.js brings it; any version: npx fetches node@22 for the suite)")
     config, env = served
-    server = HttpServe(config, env)
+    server = HttpServe(config, env, *(["--stateless"] if stateless else []))
+    supported = SUPPORTED - set(NOT_STATELESS) if stateless else SUPPORTED
+    not_supported = {**NOT_SUPPORTED, **NOT_STATELESS} if stateless else NOT_SUPPORTED
     try:
         with TokenProxy(server.port, server.token) as proxy:
             proc = run_suite("server", "--url", proxy.url, "--suite", "all", output=tmp_path / "results", cwd=tmp_path)
@@ -91,11 +102,11 @@ def test_the_conformance_suite_over_http(served: tuple[Path, dict[str, str]], tm
         server.stop()
     results = scenario_checks(tmp_path / "results")
     assert results, f"the suite wrote no results:\n{proc.stdout}\n{proc.stderr}"
-    unknown = set(results) - SUPPORTED - set(NOT_SUPPORTED)
+    unknown = set(results) - supported - set(not_supported)
     assert not unknown, f"scenarios this test does not know (new in the suite?): {sorted(unknown)}"
-    failed = {name: failures(checks) for name, checks in results.items() if name in SUPPORTED and failures(checks)}
+    failed = {name: failures(checks) for name, checks in results.items() if name in supported and failures(checks)}
     assert not failed, f"supported scenarios failed: {failed}"
-    assert SUPPORTED <= set(results), f"scenarios not run: {sorted(SUPPORTED - set(results))}"
+    assert supported <= set(results), f"scenarios not run: {sorted(supported - set(results))}"
     # and the unsupported ones do fail: when one starts passing, it moves to SUPPORTED (and the docs)
-    passing = sorted(name for name in NOT_SUPPORTED if name in results and not failures(results[name]))
+    passing = sorted(name for name in not_supported if name in results and not failures(results[name]))
     assert not passing, f"now passing, so supported: {passing}"

@@ -275,6 +275,53 @@ def test_the_question_tool_is_answered_by_the_clients_user(server: NexusMcpServe
     run(check)
 
 
+def test_a_run_code_scripts_inner_call_is_asked_about_too(server: NexusMcpServer) -> None:
+    """The inner call runs on a thread of run_code's host, not the server's: the question still
+    reaches the client that made the run_code call, naming the script's call."""
+    asked: list[str] = []
+
+    async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    script = "import tools\n\ndef run(ctx):\n    return tools.danger(what='inner')\n"
+
+    async def check() -> None:
+        async with Client(server.server, cache=None, mode="legacy", elicitation_callback=on_elicit) as client:
+            result = await client.call_tool("run_code", {"script": script})
+            assert not result.is_error, result
+            assert "ran inner" in json.dumps(result.structured_content)
+
+    run(check)
+    assert len(asked) == 1 and "Tool: danger" in asked[0] and "the run_code script of call" in asked[0]
+
+
+def test_cancelling_a_call_that_waits_for_the_user_ends_the_wait(nexus: Nexus, server: NexusMcpServer) -> None:
+    results = Results()
+    nexus.register(results, name="test.results")
+    asking = threading.Event()
+
+    async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asking.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def check() -> None:
+        async with Client(server.server, cache=None, mode="legacy", elicitation_callback=on_elicit) as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "danger", {"what": "x"})
+                await anyio.to_thread.run_sync(asking.wait, 60)
+                group.cancel_scope.cancel()
+            for _ in range(1200):
+                if results.seen:
+                    break
+                await anyio.sleep(0.05)
+
+    run(check)
+    [result] = results.seen
+    assert result.vetoed and "the call was cancelled (the MCP client cancelled the request)" in result.error
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_a_client_that_cannot_be_asked_gets_what_the_operator_can_change(mode: str, server: NexusMcpServer) -> None:
     async def check() -> None:
@@ -282,7 +329,7 @@ def test_a_client_that_cannot_be_asked_gets_what_the_operator_can_change(mode: s
             refused = await client.call_tool("danger", {"what": "x"})
             text = refused.content[0].text  # type: ignore[union-attr]
             assert refused.is_error and text.startswith("vetoed: gate 'test.ask' asks 'Really run danger?', and the "
-                                                        "MCP client does not declare elicitation")
+                                                        "MCP client does not declare elicitation (it cannot ask its user); no one can approve the call here")
             assert "plugins.test.ask" in text and "plugins.active" in text and "approver" not in text
             pending = await client.call_tool("question", {"question": "Which colour?"})
             assert pending.structured_content["status"] == "pending"  # type: ignore[index]

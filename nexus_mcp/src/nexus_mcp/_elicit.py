@@ -14,15 +14,16 @@ run_code script line that made the call; every part with its control characters 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-import anyio.from_thread
 import mcp_types as types
 
-from nexus_core import Answer, Nexus, Question
+from nexus_core import Answer, CancelToken, Nexus, Question
 
 from ._calls import visible
 
@@ -67,14 +68,17 @@ def refusal(question: Question, why: str) -> str:
     """The text of an `Answer` nobody could give: what happened, and what the operator can do."""
     if question.kind == "approval":
         settings = " or ".join(f"plugins.{visible(p, 100)}" for p in question.asked_by) or "plugins.<gate>"
-        return (f"{why}, so no one can approve the call here; the operator of this server decides what needs "
+        return (f"{why}; no one can approve the call here, and the operator of this server decides what needs "
                 f"approval: the asking gate's settings in the Nexus's config ({settings}), or whether that "
                 f"gate is active (plugins.active)")
-    return f"{why}, so no one can answer the question here"
+    return f"{why}; no one can answer the question here"
 
 
 def client_can_elicit(session: Any) -> str | None:
     """None when `session`'s client can be asked, else why not."""
+    if getattr(session, "client_capabilities", True) is None:
+        return ("this MCP connection does not know what the client can do (a --stateless server keeps no "
+                "session), so it cannot ask the client's user")
     try:
         declared = session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))
     except Exception:
@@ -86,16 +90,28 @@ def client_can_elicit(session: Any) -> str | None:
     return None
 
 
-def mcp_approver(nexus: Nexus, session: Any, request_id: Any) -> Callable[[Question], Any]:
-    """The approver of one call from `session` (run from the call's worker thread)."""
+def mcp_approver(nexus: Nexus, session: Any, request_id: Any, cancel: CancelToken,
+                 loop: asyncio.AbstractEventLoop) -> Callable[[Question], Any]:
+    """The approver of one call from `session`, and of the calls it makes (a run_code script's
+    inner calls inherit it): run from whichever thread asks, it waits for the client's user on
+    the server's event loop `loop`, and gives up when `cancel` is cancelled (the client
+    cancelled the call: nobody is left to answer)."""
     cannot = client_can_elicit(session)
 
-    def approve(question: Question) -> Answer:
+    def approve(question: Question) -> Any:
         if cannot is not None:
-            if nexus.approver is not None:  # the operator's own policy (the core reads its reply)
+            if nexus.approver is not None:  # the embedding program's own (the core reads its reply)
                 return nexus.approver(question)
             return Answer(False, refusal(question, cannot), by="nobody")
-        return anyio.from_thread.run(_elicit, session, request_id, question)
+        asking = asyncio.run_coroutine_threadsafe(_elicit(session, request_id, question), loop)
+        forget = cancel.on_cancel(lambda: loop.call_soon_threadsafe(asking.cancel))
+        try:
+            return asking.result()
+        except concurrent.futures.CancelledError:
+            return Answer(False, refusal(question, f"the call was cancelled ({cancel.reason or 'its caller stopped it'})"),
+                          by="nobody")
+        finally:
+            forget()
 
     return approve
 

@@ -207,7 +207,7 @@ class NexusMcpServer:
         channel = CallChannel(asyncio.get_running_loop(), wants_progress=wants_progress,
                               log_level=MCP_LEVELS.get(asked) if isinstance(asked, str) else self._logs.level_for(connection))
         token = CancelToken()
-        approver = mcp_approver(self.nexus, ctx.session, ctx.request_id)
+        approver = mcp_approver(self.nexus, ctx.session, ctx.request_id, token, asyncio.get_running_loop())
 
         def invoke() -> Any:
             return self.nexus.invoke(call, cancel=token, approver=approver,
