@@ -87,6 +87,7 @@ def nexus(tmp_path: Path) -> Iterator[Nexus]:
     (skill / "syllables.txt").write_text("five seven five\n")
     (tmp_path / "outside.txt").write_text("not a skill's")
     (skill / "escape.txt").symlink_to(tmp_path / "outside.txt")
+    (skill / "alias.txt").symlink_to(skill / "syllables.txt")  # a link inside the folder is one of its files
     config = {"workspace": str(tmp_path), "session_dir": str(tmp_path / "session"),
               "skills": [str(tmp_path / "skills")],
               "plugins": {"active": ["nexus.tool.code_exec", "nexus.skills", "nexus.tool.question"]}}
@@ -344,7 +345,8 @@ def test_skills_files_are_resources(server: NexusMcpServer) -> None:
     async def check() -> None:
         async with Client(server.server, cache=None, mode="legacy") as client:
             uris = {str(r.uri) for r in (await client.list_resources()).resources}
-            assert uris == {"skill://haiku/SKILL.md", "skill://haiku/syllables.txt"}  # not the link out
+            assert uris == {"skill://haiku/SKILL.md", "skill://haiku/syllables.txt", "skill://haiku/alias.txt"}
+            assert (await client.read_resource("skill://haiku/alias.txt")).contents[0].text == "five seven five\n"  # type: ignore[union-attr]
             read = await client.read_resource("skill://haiku/syllables.txt")
             assert read.contents[0].text == "five seven five\n"  # type: ignore[union-attr]
             assert "five, seven, five" in (await client.read_resource("skill://haiku/SKILL.md")).contents[0].text  # type: ignore[union-attr]
@@ -383,6 +385,14 @@ def test_a_runs_record_is_readable_by_the_client_that_made_it_alone(server: Nexu
                         f"nexus-run://{call_id}/%2E%2E%2Foutside.txt", "nexus-run://someone-elses/script.py"):
                 with pytest.raises(MCPError, match="resource not found"):
                     await client.read_resource(uri)
+            # nor through the record's folder made a link to another folder since
+            elsewhere = tmp_path / "elsewhere"
+            elsewhere.mkdir()
+            (elsewhere / "script.py").write_text("someone else's")
+            folder.rename(tmp_path / "moved")
+            folder.symlink_to(elsewhere, target_is_directory=True)
+            with pytest.raises(MCPError, match="resource not found"):
+                await client.read_resource(f"nexus-run://{call_id}/script.py")
 
     run(check)
 

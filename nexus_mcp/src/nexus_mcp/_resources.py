@@ -10,8 +10,9 @@
 
 A URI is never a path: it is looked up in what the server lists right now (the skill by name,
 the file by its listed name; the run by the call id it remembers), and the file opened is the
-one that lookup gives, without following a symbolic link at its last step (a link put in a
-run's folder since is refused), read up to `MAX_READ_BYTES`. So no URI reaches a file outside
+one that lookup gives: a run's file in its folder without following a symbolic link at any
+step (a link put in a run's record, or in place of its folder, since is refused), a skill's
+file where it leads only when that is inside the skill's folder; read up to `MAX_READ_BYTES`. So no URI reaches a file outside
 what is listed, whatever `..`, `%2F` or links it holds.
 """
 
@@ -114,7 +115,7 @@ def read_resource(nexus: Nexus, runs: dict[str, str], uri: str) -> types.ReadRes
         folder = Path(skill.path)  # the skill's folder
         if name != "SKILL.md" and name not in skill.resources:
             raise _not_found(uri, f"skill {key!r} lists no file {name!r}")
-        return _read(uri, folder, name, "text/markdown" if name == "SKILL.md" else _mime(name))
+        return _read(uri, folder, name, "text/markdown" if name == "SKILL.md" else _mime(name), links_inside=True)
     if scheme == "nexus-run":
         folder_text = runs.get(key)
         if folder_text is None:
@@ -125,10 +126,24 @@ def read_resource(nexus: Nexus, runs: dict[str, str], uri: str) -> types.ReadRes
     raise _not_found(uri, f"unknown scheme {scheme!r}")
 
 
-def _read(uri: str, folder: Path, relative: str, mime: str) -> types.ReadResourceResult:
-    path = folder / relative
+def _read(uri: str, folder: Path, relative: str, mime: str, *, links_inside: bool = False) -> types.ReadResourceResult:
+    """The file `relative` of `folder`, not through a symbolic link: a run's record is opened in
+    its folder (itself not a link) without following one at any step; a skill's file, which may
+    be a link to another file of its folder, is opened where the link leads only when that is
+    inside the folder (`links_inside`)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+        if links_inside:
+            real, inside = os.path.realpath(folder / relative), os.path.realpath(folder)
+            if not real.startswith(inside.rstrip(os.sep) + os.sep):
+                raise _not_found(uri, "it leads out of its folder")
+            fd = os.open(real, flags)
+        else:
+            where = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fd = os.open(relative, flags, dir_fd=where)
+            finally:
+                os.close(where)
     except OSError as exc:
         raise _not_found(uri, exc.strerror or str(exc)) from None
     with os.fdopen(fd, "rb") as file:
