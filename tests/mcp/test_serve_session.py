@@ -476,3 +476,62 @@ def test_the_mcp_inspector_cli_reads_resources_and_sets_the_log_level(tmp_path: 
     read = inspect("--method", "resources/read", "--uri", "skill://haiku/SKILL.md")
     assert "five, seven, five" in read["contents"][0]["text"]
     assert inspect("--method", "logging/setLevel", "--log-level", "debug") == {}
+
+
+BACKGROUND = '''
+import logging
+import threading
+
+from nexus_core import hookimpl, tool
+
+
+@tool
+def background() -> str:
+    """Log from a thread of its own (outside any call's context), and from the call."""
+    thread = threading.Thread(target=lambda: logging.getLogger("nexus_test_background").warning("from a thread"))
+    thread.start()
+    thread.join()
+    logging.getLogger("nexus_test_background").warning("from the call")
+    return "ok"
+
+
+@hookimpl
+def nexus_register_tools(register):
+    register(background)
+'''
+
+
+def test_over_stdio_records_made_outside_any_call_reach_the_client(tmp_path: Path) -> None:
+    """stdio's one client is the operator's: it gets the Nexus's records made outside its calls
+    too (over HTTP those go to no client: test_log_records_go_to_a_client_that_asked... checks a
+    second client gets none of the first's)."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp_helpers import FakePlugins
+
+    fakes = FakePlugins(tmp_path / "site")
+    fakes.add("test.background", "nexus_test_background", BACKGROUND)
+    config = tmp_path / "nexus.yaml"
+    config.write_text(json.dumps({"workspace": str(tmp_path), "session_dir": str(tmp_path / "s"),
+                                  "plugins": {"active": ["test.background"]}}))
+    params = StdioServerParameters(command=str(BIN / "nexus"), args=["--config", str(config), "mcp", "serve"],
+                                   env={"PYTHONPATH": fakes.env()["PYTHONPATH"]}, cwd=tmp_path)
+    records: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        records.append(params.data)
+
+    async def check() -> None:
+        with open(tmp_path / "stderr.txt", "w") as err:
+            async with Client(stdio_client(params, errlog=err), cache=None, mode="legacy",
+                              logging_callback=on_log) as client:
+                await client.set_logging_level("warning")
+                assert (await client.call_tool("background", {})).content[0].text == "ok"  # type: ignore[union-attr]
+                for _ in range(600):  # the thread's record comes on the connection's own stream
+                    if "from a thread" in records:
+                        break
+                    await anyio.sleep(0.05)
+
+    run(check)
+    assert sorted(records) == ["from a thread", "from the call"]
+    assert "from a thread" in (tmp_path / "stderr.txt").read_text()  # and the server's stderr still has it
