@@ -521,17 +521,17 @@ def test_over_stdio_records_made_outside_any_call_reach_the_client(tmp_path: Pat
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         records.append(params.data)
 
-    async def check() -> None:
-        with open(tmp_path / "stderr.txt", "w") as err:
-            async with Client(stdio_client(params, errlog=err), cache=None, mode="legacy",
-                              logging_callback=on_log) as client:
-                await client.set_logging_level("warning")
-                assert (await client.call_tool("background", {})).content[0].text == "ok"  # type: ignore[union-attr]
-                for _ in range(600):  # the thread's record comes on the connection's own stream
-                    if "from a thread" in records:
-                        break
-                    await anyio.sleep(0.05)
+    async def check(err: Any) -> None:
+        async with Client(stdio_client(params, errlog=err), cache=None, mode="legacy",
+                          logging_callback=on_log) as client:
+            await client.set_logging_level("warning")
+            assert (await client.call_tool("background", {})).content[0].text == "ok"  # type: ignore[union-attr]
+            for _ in range(600):  # the thread's record comes on the connection's own stream
+                if "from a thread" in records:
+                    break
+                await anyio.sleep(0.05)
 
-    run(check)
+    with open(tmp_path / "stderr.txt", "w") as err:
+        anyio.run(check, err)
     assert sorted(records) == ["from a thread", "from the call"]
     assert "from a thread" in (tmp_path / "stderr.txt").read_text()  # and the server's stderr still has it
