@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import uvicorn
@@ -43,13 +43,13 @@ class TokenProxy:
                                         name="token-proxy", daemon=True)
         self._client: httpx.AsyncClient | None = None
 
-    def __enter__(self) -> TokenProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> TokenProxy:
+    def start(self) -> Self:
         self._thread.start()
         for _ in range(6000):  # until it listens (the thread is ours; a busy machine takes its time)
             if self._server.started:
