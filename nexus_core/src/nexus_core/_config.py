@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,29 @@ class NexusConfig:
                               self.source)
         checked: dict[str, Any] = apply_defaults(schema, section)
         return checked
+
+    def settings_for(self, names: Iterable[str]) -> dict[str, Any]:
+        """The `tools:` settings of the tool that answers to `names` (`ToolDef.names`: its name,
+        then its aliases), merged: a tool has one set of settings whatever name the config gives
+        it under. Two of its names setting one key differently is a ConfigError naming both."""
+        names = list(names)
+        merged: dict[str, Any] = {}
+        given_by: dict[str, str] = {}
+        problems = []
+        for name in names:
+            for key, value in (self.tool_settings.get(name) or {}).items():
+                if key in merged and merged[key] != value:
+                    problems.append(self.problem(
+                        ("tools", name, key),
+                        f"tools.{name}.{key}: {value!r} differs from tools.{given_by[key]}.{key} "
+                        f"({merged[key]!r}), and {names[0]!r} is one tool "
+                        f"(aliases: {', '.join(map(repr, names[1:]))}); set it once"))
+                    continue
+                merged.setdefault(key, value)
+                given_by.setdefault(key, name)
+        if problems:
+            raise ConfigError(problems, self.source)
+        return merged
 
     def problem(self, path: tuple[str, ...], text: str) -> str:
         """`text` prefixed with `file:line` of `path` when the config came from a file."""

@@ -3,6 +3,9 @@
 look up the tool -> call gates (veto / rewrite) -> validate the arguments -> observers of
 tool.invoke -> the handler -> normalise its return -> result gates -> observers of tool.result.
 
+The lookup resolves an alias to its tool: every hook gets the canonical `ToolDef` as `tool`
+(`tool.name == "shell"` when `bash` was called) while the call keeps the name it was made with.
+
 Nothing raises to the caller for a tool's failure: each step's failure is an error result.
 Safe to call from many threads at once: the path keeps no state of its own, the registry is
 read without locks (see `_registry`), and which gate did what is recorded per thread.
@@ -191,20 +194,20 @@ class Invoker:
                 progress: Callable[..., Any] | None = None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
-            return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
+            return self._refuse(call, None, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
         if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
 
         call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
-            return self._finish(call, refused)
+            return self._finish(call, refused, tool)
 
         if validator is not None:
             problems = _check_arguments(validator, call.arguments)
             if problems:
                 result = error_result(call, f"invalid arguments for {call.name}: {problems}", "invalid_arguments")
-                return self._finish(call, result)
+                return self._finish(call, result, tool)
 
         if "nexus_tool_invoke" in self._pm.implemented:
             try:
@@ -213,7 +216,7 @@ class Invoker:
                 log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
         if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
         try:
             if tool.takes_context:
                 ctx = CallContext(
@@ -233,11 +236,14 @@ class Invoker:
             result = normalize_result(value, call, typed=tool.output_schema is not None)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
-        return self._finish(call, result)
+        return self._finish(call, result, tool)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
         """An error result for a call that is not run, through the result gates and observers."""
-        return self._finish(call, error_result(call, error, kind))
+        return self._refuse(call, self._registry.get(call.name), error, kind)
+
+    def _refuse(self, call: ToolCall, tool: ToolDef | None, error: str, kind: ErrorKind) -> ToolResult:
+        return self._finish(call, error_result(call, error, kind), tool)
 
     # -- asking a person --------------------------------------------------------------------
 
@@ -335,13 +341,13 @@ class Invoker:
         reason = f"gates still rewriting after {MAX_GATE_ROUNDS} rounds"
         return call, _vetoed(call, reason, None)
 
-    def _gate_result(self, call: ToolCall, result: ToolResult) -> ToolResult:
+    def _gate_result(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
         if "nexus_before_tool_result" not in self._pm.implemented:
             return result
         for _ in range(MAX_GATE_ROUNDS):
             with record_gate_outcomes() as outcomes:
                 try:
-                    values = self._hook.nexus_before_tool_result(call=call, result=result)
+                    values = self._hook.nexus_before_tool_result(call=call, result=result, tool=tool)
                 except (Exception, SystemExit) as exc:
                     plugin = _raiser(exc, outcomes)
                     reason = f"result gate {_quoted(plugin)} failed ({describe_exception(exc)}); the result is withheld"
@@ -367,11 +373,11 @@ class Invoker:
             result = replacements[0][1]
         return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
 
-    def _finish(self, call: ToolCall, result: ToolResult) -> ToolResult:
-        result = self._gate_result(call, result)
+    def _finish(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
+        result = self._gate_result(call, result, tool)
         if "nexus_tool_result" in self._pm.implemented:
             try:
-                self._hook.nexus_tool_result(call=call, result=result)
+                self._hook.nexus_tool_result(call=call, result=result, tool=tool)
             except Exception:  # only a hook wrapper can get here: observers are contained
                 log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
         return result

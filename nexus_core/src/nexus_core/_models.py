@@ -52,6 +52,12 @@ def _no_progress(progress: float, total: float | None = None, message: str | Non
     """What `CallContext.progress` does when nobody asked for the call's progress."""
 
 
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):  # tuple("bash") would be five one-letter aliases
+        raise TypeError(f"aliases must be a list of names, not one string ({value!r}): use ({value!r},)")
+    return tuple(value)
+
+
 @attrs.frozen(eq=False)
 class ToolDef:
     """A tool: its name, what the model reads about it, its schemas and its handler.
@@ -64,6 +70,11 @@ class ToolDef:
     `tools.<name>.exposure` overrides it. `code_description`, when set, is what a run_code
     script's binding says about the tool (its docstring) in place of `description`, for a tool
     whose description speaks of the text a direct call returns (a script gets typed fields).
+
+    `aliases` are more names a model (or a caller) may use for the same tool: the registry
+    resolves each to this one `ToolDef`, so gates, observers and the config's `tools.<name>`
+    settings meet one identity (`tool.name` is the canonical name whatever was called) while
+    the call keeps the name it was made with.
     """
 
     name: str
@@ -76,6 +87,12 @@ class ToolDef:
     annotations: JSONObject = attrs.field(factory=dict)
     exposure: Exposure = attrs.field(default="both", validator=attrs.validators.in_(EXPOSURES))
     code_description: str = ""
+    aliases: tuple[str, ...] = attrs.field(default=(), converter=_names)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the tool answers to: its own, then its aliases."""
+        return (self.name, *self.aliases)
 
     def with_plugin(self, plugin: str | None) -> ToolDef:
         return attrs.evolve(self, plugin=plugin)
@@ -158,7 +175,8 @@ class Question:
     `asked_by` their plugin ids, `call` the call that would run), or "question" when the
     `question` tool asks (`text` is the model's question, `options` its suggested answers,
     `call` the question tool's own call). `call.parent_call_id` tells which call is waiting
-    (a script's timeout should not run while a person decides).
+    (a script's timeout should not run while a person decides). `tool` is the canonical
+    `ToolDef` of an approval's call (its `name` may be an alias).
     """
 
     kind: Literal["approval", "question"]
