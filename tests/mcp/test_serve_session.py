@@ -294,7 +294,7 @@ def test_a_run_code_scripts_inner_call_is_asked_about_too(server: NexusMcpServer
             assert "ran inner" in json.dumps(result.structured_content)
 
     run(check)
-    assert len(asked) == 1 and "Tool: danger" in asked[0] and "the run_code script of call" in asked[0]
+    assert len(asked) == 1 and "Tool: danger" in asked[0] and "Made by: line 4 of the run_code script of call" in asked[0]
 
 
 def test_cancelling_a_call_that_waits_for_the_user_ends_the_wait(nexus: Nexus, server: NexusMcpServer) -> None:
