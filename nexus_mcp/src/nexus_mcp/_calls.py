@@ -84,6 +84,7 @@ class CallChannel:
         self._dropped = 0
         self._wake = asyncio.Event()
         self._closed = False
+        self._gone = False
         #: run_code output chunks seen so far (the progress that output reports)
         self.output_chunks = 0
 
@@ -132,22 +133,28 @@ class CallChannel:
                 progress, self._progress = self._progress, deque()
                 logs, self._logs = self._logs, deque()
                 dropped, self._dropped = self._dropped, 0
-            for level, name, message in logs:
-                await _send_log(session, level, name, message, request_id)
-            if dropped:
+            if not self._gone:
+                for level, name, message in logs:
+                    if not await _send_log(session, level, name, message, request_id):
+                        self._gone = True  # the client went away: what comes next is dropped
+                        break
+            if dropped and not self._gone:
                 await _send_log(session, "warning", "nexus_mcp",
                                 f"{dropped} log records of this call were dropped: the client took them too slowly",
                                 request_id)
-            for report in progress:
+            for report in progress if not self._gone else ():
                 try:
                     await session.report_progress(*report)
                 except Exception:
-                    log.debug("a progress notification could not be sent", exc_info=True)
+                    self._gone = True
+                    break
             if self._closed and not self._wake.is_set():
                 return
 
 
-async def _send_log(session: Any, level: McpLevel, name: str, message: str, request_id: Any) -> None:
+async def _send_log(session: Any, level: McpLevel, name: str, message: str, request_id: Any) -> bool:
+    """Send one record; False when the client cannot be reached (not logged: a record about a
+    record that could not be sent would be one more to send)."""
     # the notification itself, on the call's stream: `ServerSession.send_log_message` warns at
     # each use (logging is deprecated by 2026-07-28), and the level was checked here already
     notification = types.LoggingMessageNotification(
@@ -155,8 +162,8 @@ async def _send_log(session: Any, level: McpLevel, name: str, message: str, requ
     try:
         await session.send_notification(notification, related_request_id=request_id)
     except Exception:
-        # never logged above debug: a record about a failed record would be sent in turn
-        log.debug("a log notification could not be sent", exc_info=True)
+        return False
+    return True
 
 
 def _message(record: logging.LogRecord) -> str:

@@ -151,6 +151,7 @@ class NexusMcpServer:
         self._runs = RunRecords()
         self._logs = LogBridge()
         self._stdio = False
+        self._outside_pump: asyncio.Future[None] | None = None
         self.event_store = BoundedEventStore()
         with warnings.catch_warnings():
             # logging/setLevel is deprecated by 2026-07-28 (SEP-2577), and still what 2025-era clients send
@@ -214,12 +215,25 @@ class NexusMcpServer:
                                      progress=channel.put_progress if wants_progress else None)
 
         async def work() -> Any:
-            try:
-                return await anyio.to_thread.run_sync(invoke, limiter=self._limiter, abandon_on_cancel=True)
-            except anyio.get_cancelled_exc_class():
-                # the client sent notifications/cancelled (or went away): the call stops as it can
-                token.cancel(CLIENT_CANCELLED)
-                raise
+            outcome: list[Any] = []
+            finished = anyio.Event()
+
+            async def in_thread() -> None:
+                # not abandoned on cancel: the thread keeps its place among MAX_CONCURRENT_CALLS
+                # until the tool has stopped, so cancelling calls cannot pile up running ones
+                outcome.append(await anyio.to_thread.run_sync(invoke, limiter=self._limiter))
+                finished.set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(in_thread)
+                try:
+                    await finished.wait()
+                except anyio.get_cancelled_exc_class():
+                    # the client sent notifications/cancelled (or went away): the tool is told,
+                    # and the request ends (unanswered, as the spec asks) once it has stopped
+                    token.cancel(CLIENT_CANCELLED)
+                    raise
+            return outcome[0]
 
         self._channels[call.id] = channel
         self._runs.expect(call.id, connection)
