@@ -510,6 +510,24 @@ class Terminated(BaseException):
 
 
 @contextmanager
+def closing_through_sigterm() -> Iterator[None]:
+    """While the server closes its Nexus (stopping the MCP servers it started, which can take
+    their own grace time), a SIGTERM does not cut that short: a client that closed stdin and
+    then signals after its grace time (the MCP SDK's stdio client waits 2 s) asks for what is
+    already under way, and the close finishes (a SIGKILL still ends it, and the supervisor then
+    stops the MCP servers' trees)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """SIGTERM (how service managers and `docker stop` end a server) raises `Terminated`, so the
     server unwinds and the Nexus closes, stopping the MCP servers it started, instead of the
