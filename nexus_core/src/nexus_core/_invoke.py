@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -144,6 +144,18 @@ def unknown_tool_message(name: str, known: Iterable[str]) -> str:
     return f"unknown tool: {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
+def _reporter(progress: Callable[..., Any], call: ToolCall) -> Callable[..., None]:
+    """`CallContext.progress` for a call whose invoke was given `progress`: it passes each report
+    on, and a receiver that raises is logged, never the tool's failure."""
+    def report(done: float, total: float | None = None, message: str | None = None) -> None:
+        try:
+            progress(done, total, message)
+        except Exception:
+            log.exception("the progress receiver of call %s (%s) raised", call.id, call.name)
+
+    return report
+
+
 def _cancelled_text(call: ToolCall, cancel: CancelToken) -> str:
     why = f" ({cancel.reason})" if cancel.reason else ""
     return f"cancelled: {call.name} was not run, its caller stopped it{why}"
@@ -164,7 +176,8 @@ class Invoker:
     # -- the path ---------------------------------------------------------------------------
 
     def invoke_call(self, call: ToolCall, context: Mapping[str, Any] | None = None, answer: Any = None,
-                    approver: Approver | None = None, cancel: CancelToken | None = None) -> ToolResult:
+                    approver: Approver | None = None, cancel: CancelToken | None = None,
+                    progress: Callable[..., Any] | None = None) -> ToolResult:
         if call.parent_call_id is not None and (approver is None or cancel is None):
             parent = self._inherited.get(call.parent_call_id)
             if parent is not None:
@@ -172,17 +185,18 @@ class Invoker:
                 cancel = cancel if cancel is not None else parent[1]
         try:
             if approver is None and cancel is None:
-                return self._invoke(call, context, answer, None, None)
+                return self._invoke(call, context, answer, None, None, progress)
             self._inherited[call.id] = (approver, cancel)
             try:
-                return self._invoke(call, context, answer, approver, cancel)
+                return self._invoke(call, context, answer, approver, cancel, progress)
             finally:
                 self._inherited.pop(call.id, None)
         finally:
             self._running.pop(call.id, None)
 
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
-                approver: Approver | None, cancel: CancelToken | None) -> ToolResult:
+                approver: Approver | None, cancel: CancelToken | None,
+                progress: Callable[..., Any] | None = None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
             return self._refuse(call, None, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
@@ -216,6 +230,7 @@ class Invoker:
                     nexus=self._nexus,
                     approver=approver if approver is not None else self._nexus.approver,
                     cancel=cancel if cancel is not None else CancelToken(),
+                    **({"progress": _reporter(progress, call)} if progress is not None else {}),
                 )
                 value = tool.handler(call.arguments, ctx)
             else:

@@ -48,6 +48,10 @@ def _default_input_schema() -> JSONObject:
     return {"type": "object"}
 
 
+def _no_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+    """What `CallContext.progress` does when nobody asked for the call's progress."""
+
+
 def _names(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):  # tuple("bash") would be five one-letter aliases
         raise TypeError(f"aliases must be a list of names, not one string ({value!r}): use ({value!r},)")
@@ -225,6 +229,12 @@ class CallContext:
     #: shell kills the command's processes) or checks `ctx.cancel.cancelled` between steps. The
     #: invoke's token, else the parent call's, else one nobody cancels.
     cancel: CancelToken = attrs.field(factory=CancelToken, repr=False)
+    #: tells whoever made the call how far it has got: `ctx.progress(done, total=None,
+    #: message=None)` (numbers that grow from report to report; `total` when known). The
+    #: invoke's `progress` receives it (an MCP client sees `notifications/progress`); with none,
+    #: it does nothing. It never raises, whatever the receiver does. Not inherited: the calls this
+    #: call makes report on scales of their own, so they report to nobody unless given one.
+    progress: Callable[..., None] = attrs.field(default=_no_progress, repr=False)
 
 
 @attrs.frozen

@@ -402,6 +402,7 @@ class Nexus:
         answer: Any = None,
         approver: Approver | None = None,
         cancel: CancelToken | None = None,
+        progress: Callable[[float, float | None, str | None], Any] | None = None,
     ) -> ToolResult:
         """Run a tool through the gates. Never raises for a tool's failure: unknown tools,
         vetoes, invalid arguments and handler exceptions all come back as error results.
@@ -412,7 +413,10 @@ class Nexus:
         script's), in place of the Nexus's `approver`. `cancel` stops the call from another
         thread: cancelled before the handler runs, the call is refused (`error_kind`
         "cancelled"); while it runs, the handler sees it as `ctx.cancel` and stops. The calls
-        this call makes inherit both (an inner call given its own keeps that).
+        this call makes inherit both (an inner call given its own keeps that). `progress` is
+        called as `progress(done, total, message)` each time the handler reports how far it has
+        got (`ctx.progress(...)`), from the handler's thread; calls this call makes do not
+        report to it.
         """
         if isinstance(call, str):
             if arguments is not None and not isinstance(arguments, Mapping):
@@ -425,7 +429,8 @@ class Nexus:
             raise TypeError(f"invoke() takes a tool name or a ToolCall, not {type(call).__name__}")
         if self._closed:
             return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
-        return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver, cancel=cancel)
+        return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver, cancel=cancel,
+                                         progress=progress)
 
     def ask(self, question: Question, approver: Approver | None = None) -> Answer:
         """Ask the person behind the front end (`approver`, else the Nexus's) and return the

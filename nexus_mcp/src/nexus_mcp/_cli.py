@@ -65,7 +65,7 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool, allow_r
     """
     import anyio
 
-    from ._serve import NexusMcpServer, Terminated, claim_stdio, stop_on_sigterm
+    from ._serve import NexusMcpServer, Terminated, claim_stdio, closing_through_sigterm, stop_on_sigterm
 
     if stateless and http is None:
         raise UsageError("--stateless goes with --http: a stdio server has one client and keeps its session")
@@ -84,8 +84,9 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool, allow_r
         except Terminated:
             pass
         finally:
-            server.close()
-            nx.close()  # while stdout is still stderr: a plugin's goodbye print must not reach the client
+            with closing_through_sigterm():
+                server.close()
+                nx.close()  # while stdout is still stderr: a plugin's goodbye print must not reach the client
     return EXIT_OK
 
 

@@ -5,7 +5,15 @@ through `Nexus.invoke`, so the gates and observers see it like any other call (a
 as an `isError` result carrying the reason). The tool list follows the registry: when a tool is
 added, replaced or removed, clients are told (`notifications/tools/list_changed` on a 2025-era
 session, a `ToolsListChanged` event on a 2026-era `subscriptions/listen` stream). Skills, when
-the `skill` tool is there, are offered as prompts.
+the `skill` tool is there, are offered as prompts, and their files as resources, with the
+records of the run_code runs a client made (`_resources`).
+
+While a call runs, its client hears how far it has got (`notifications/progress`: what the
+tool reports with `ctx.progress`, and run_code's output as it comes) and, when it asked with
+`logging/setLevel`, the Nexus's log records (`_calls`); a gate's `Ask` and the `question` tool
+are put to the client's user through elicitation (`_elicit`); `notifications/cancelled`
+cancels the call's `CancelToken`. Over HTTP, each SSE stream starts with a priming event and
+`retry:` and can be resumed (`_event_store`).
 
 stdio: the protocol owns the real stdin and stdout. `claim_stdio` takes private copies of both
 before anything else runs, then points fd 1 at stderr and fd 0 at /dev/null for the whole
@@ -24,6 +32,7 @@ import signal
 import socket
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,14 +47,18 @@ from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from nexus_core.adapters import mcp_output_schema
 
-from nexus_core import Nexus, ToolCall, ToolDef, hookimpl
+from nexus_core import CancelToken, Nexus, ToolCall, ToolDef, hookimpl
 
+from ._calls import MCP_LEVELS, CallChannel, LogBridge, current_channel, drained
 from ._convert import to_call_tool_result
+from ._elicit import mcp_approver
+from ._event_store import RETRY_MILLISECONDS, BoundedEventStore
 from ._http_security import HttpSecurity, RefuseTokenInQuery, Token, checked_token, generate_token, listen
+from ._resources import RunRecords, list_resources, read_resource
 from ._tools import WRAP_RESULT
 
 log = logging.getLogger("nexus_mcp")
@@ -56,6 +69,8 @@ MAX_CONCURRENT_CALLS = 32
 NOTIFY_DELAY_SECONDS = 0.05
 #: the plugin name the server's registry observer goes by in the Nexus
 WATCH_PLUGIN = "nexus.mcp.serve"
+#: the reason a call's CancelToken carries when its MCP client cancelled it (or went away)
+CLIENT_CANCELLED = "the MCP client cancelled the request"
 
 
 class _NotifyingServer(Server[Any]):
@@ -70,6 +85,25 @@ class _NotifyingServer(Server[Any]):
     ) -> InitializationOptions:
         options = notification_options or NotificationOptions(tools_changed=True)
         return super().create_initialization_options(options, experimental_capabilities, extensions)
+
+
+class _RunWatch:
+    """Observes run_code for the server (when it is installed: its hooks are its own): the record
+    folders of the runs its clients made, and their output as it comes, as progress."""
+
+    def __init__(self, server: NexusMcpServer) -> None:
+        self._server = server
+
+    @hookimpl
+    def nexus_code_exec_request(self, request: Any) -> None:
+        self._server._runs.started(request.call_id, request.session_dir)
+
+    @hookimpl
+    def nexus_code_exec_stdout(self, chunk: Any) -> None:
+        channel = self._server._channels.get(chunk.call_id)
+        if channel is not None and chunk.data:
+            channel.output_chunks += 1
+            channel.put_progress(channel.output_chunks, None, chunk.data.rstrip("\n"))
 
 
 class _RegistryWatch:
@@ -113,26 +147,43 @@ class NexusMcpServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._notify_pending = False
         self._tools_cache: tuple[int, list[types.Tool]] | None = None
-        self.server = _NotifyingServer(
-            name,
-            version=__version__,
-            instructions=skills_prompt(nexus) or None,
-            get_tool_input_schema=self._input_schema,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_list_prompts=self._list_prompts,
-            on_get_prompt=self._get_prompt,
-            on_subscriptions_listen=self._listen,
-        )
+        self._channels: dict[str, CallChannel] = {}  # call id -> the channel of a running call
+        self._runs = RunRecords()
+        self._logs = LogBridge()
+        self._stdio = False
+        self._outside_pump: asyncio.Future[None] | None = None
+        self.event_store = BoundedEventStore()
+        with warnings.catch_warnings():
+            # logging/setLevel is deprecated by 2026-07-28 (SEP-2577), and still what 2025-era clients send
+            warnings.simplefilter("ignore")
+            self.server = _NotifyingServer(
+                name,
+                version=__version__,
+                instructions=skills_prompt(nexus) or None,
+                get_tool_input_schema=self._input_schema,
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+                on_list_prompts=self._list_prompts,
+                on_get_prompt=self._get_prompt,
+                on_list_resources=self._list_resources,
+                on_read_resource=self._read_resource,
+                on_subscriptions_listen=self._listen,
+                on_set_logging_level=self._set_logging_level,
+            )
         self.server.middleware.append(self._track_sessions)
         self._watch = _RegistryWatch(self._registry_changed)
         self._watch_name = nexus.register(self._watch, name=f"{WATCH_PLUGIN}#{id(self):x}")
+        self._run_watch_name: str | None = None
+        if hasattr(nexus.hook, "nexus_code_exec_request") and hasattr(nexus.hook, "nexus_code_exec_stdout"):
+            self._run_watch_name = nexus.register(_RunWatch(self), name=f"{WATCH_PLUGIN}.runs#{id(self):x}")
 
     def close(self) -> None:
         """Stop following the Nexus's registry (the Nexus itself is the caller's to close)."""
         self._listen.close()
-        if self.nexus.plugin(self._watch_name) is not None:
-            self.nexus.unregister(self._watch_name)
+        self._logs.detach()
+        for name in (self._watch_name, self._run_watch_name):
+            if name is not None and self.nexus.plugin(name) is not None:
+                self.nexus.unregister(name)
 
     # -- handlers -----------------------------------------------------------------------------
 
@@ -150,7 +201,49 @@ class NexusMcpServer:
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                          ) -> types.CallToolResult:
         call = ToolCall(name=params.name, arguments=dict(params.arguments or {}), metadata={"via": "mcp"})
-        result = await anyio.to_thread.run_sync(self.nexus.invoke, call, limiter=self._limiter)
+        connection = _connection_of(ctx)
+        meta: dict[str, Any] = dict(ctx.meta or {})
+        wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
+        asked = meta.get(LOG_LEVEL_META_KEY)  # a 2026-07-28 client asks per call
+        channel = CallChannel(asyncio.get_running_loop(), wants_progress=wants_progress,
+                              log_level=MCP_LEVELS.get(asked) if isinstance(asked, str) else self._logs.level_for(connection))
+        token = CancelToken()
+        approver = mcp_approver(self.nexus, ctx.session, ctx.request_id, token, asyncio.get_running_loop())
+
+        def invoke() -> Any:
+            return self.nexus.invoke(call, cancel=token, approver=approver,
+                                     progress=channel.put_progress if wants_progress else None)
+
+        async def work() -> Any:
+            outcome: list[Any] = []
+            finished = anyio.Event()
+
+            async def in_thread() -> None:
+                # not abandoned on cancel: the thread keeps its place among MAX_CONCURRENT_CALLS
+                # until the tool has stopped, so cancelling calls cannot pile up running ones
+                outcome.append(await anyio.to_thread.run_sync(invoke, limiter=self._limiter))
+                finished.set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(in_thread)
+                try:
+                    await finished.wait()
+                except anyio.get_cancelled_exc_class():
+                    # the client sent notifications/cancelled (or went away): the tool is told,
+                    # and the request ends (unanswered, as the spec asks) once it has stopped
+                    token.cancel(CLIENT_CANCELLED)
+                    raise
+            return outcome[0]
+
+        self._channels[call.id] = channel
+        self._runs.expect(call.id, connection)
+        reset = current_channel.set(channel)
+        try:
+            result = await drained(channel, ctx.session, ctx.request_id, work)
+        finally:
+            current_channel.reset(reset)
+            self._channels.pop(call.id, None)
+            self._runs.done(call.id)
         if result.error_kind == "unknown_tool":
             # a protocol error, as both MCP revisions ask (after the gates and observers saw it)
             raise MCPError(INVALID_PARAMS, result.error or f"unknown tool: {params.name!r}")
@@ -184,6 +277,30 @@ class NexusMcpServer:
             description=structured.get("description") or None,
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=result.output))],
         )
+
+    async def _list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                              ) -> types.ListResourcesResult:
+        runs = self._runs.of(_connection_of(ctx))
+        return types.ListResourcesResult(resources=await anyio.to_thread.run_sync(list_resources, self.nexus, runs))
+
+    async def _read_resource(self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+                             ) -> types.ReadResourceResult:
+        runs = self._runs.of(_connection_of(ctx))
+        return await anyio.to_thread.run_sync(read_resource, self.nexus, runs, str(params.uri))
+
+    async def _set_logging_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+                                 ) -> types.EmptyResult:
+        """`logging/setLevel`: from now on, this client gets the Nexus's records from `level` on."""
+        connection = _connection_of(ctx)
+        self._logs.set_level(connection, params.level)
+        if self._stdio:  # one client, the operator's: it gets the records made outside calls too
+            outside = self._logs.outside
+            if outside is None:
+                outside = CallChannel(asyncio.get_running_loop(), wants_progress=False, log_level=None)
+                self._logs.outside = outside
+                self._outside_pump = asyncio.ensure_future(outside.pump(ctx.session, None))
+            outside.log_level = self._logs.level_for(connection)
+        return types.EmptyResult()
 
     async def _track_sessions(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         """Remember each 2025-era connection, to tell it when the tool list changes (a 2026-era
@@ -226,21 +343,33 @@ class NexusMcpServer:
     async def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         """Serve one client over a pair of byte streams (`claim_stdio`'s) until stdin ends."""
         self._loop = asyncio.get_running_loop()
+        self._stdio = True
+        self._logs.attach()
         reader = _DaemonStream(io.TextIOWrapper(stdin, encoding="utf-8", errors="replace"), "stdin")
         writer = _DaemonStream(io.TextIOWrapper(stdout, encoding="utf-8", newline="\n", write_through=True), "stdout")
         try:
             async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as (read_stream, write_stream):
                 await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
         finally:
+            self._stop_logs()
             self._loop = None
+
+    def _stop_logs(self) -> None:
+        self._logs.detach()
+        outside, self._logs.outside = self._logs.outside, None
+        if outside is not None:
+            outside.close()
 
     def http_app(self, security: HttpSecurity, *, stateless: bool = False, path: str = "/mcp") -> Any:
         """The streamable HTTP app (ASGI) of this server at `path`, with `security`'s
         protections: the SDK's bearer-token middleware (`token_verifier`, `auth`), its
-        DNS-rebinding check (`transport_security`), and the refusal of a token in the URL."""
+        DNS-rebinding check (`transport_security`), and the refusal of a token in the URL. Its
+        SSE streams start with a priming event and `retry:`, and resume from `self.event_store`
+        (with `stateless`, no stream outlives its request, so none is kept)."""
         app = self.server.streamable_http_app(
             streamable_http_path=path, stateless_http=stateless, transport_security=security.transport_security(),
-            auth=security.auth_settings(), token_verifier=security.token_verifier())
+            auth=security.auth_settings(), token_verifier=security.token_verifier(),
+            event_store=None if stateless else self.event_store, retry_interval=RETRY_MILLISECONDS)
         return RefuseTokenInQuery(app)
 
     async def serve_http(self, host: str, port: int, *, token: Token | str | None = None, allow_remote: bool = False,
@@ -261,6 +390,7 @@ class NexusMcpServer:
         security = HttpSecurity.for_socket(listener, given_host=host, token=token or generate_token(), path=path,
                                            allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
         self._loop = asyncio.get_running_loop()
+        self._logs.attach()
         app = self.http_app(security, stateless=stateless, path=path)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
 
@@ -277,8 +407,15 @@ class NexusMcpServer:
             await server.serve(sockets=[listener])
         finally:
             watcher.cancel()
+            self._stop_logs()
             self._loop = None
             listener.close()
+
+
+def _connection_of(ctx: ServerRequestContext[Any]) -> Any:
+    """The client's connection behind a request (what a setLevel and a run belong to). The SDK
+    makes `ctx.session` per request and offers the connection only as `_connection` (mcp 2.3)."""
+    return getattr(ctx.session, "_connection", None) or ctx.session
 
 
 class _DaemonStream:
@@ -370,6 +507,24 @@ def claim_stdio() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
 class Terminated(BaseException):
     """SIGTERM arrived: the server stops, the Nexus closes, the command exits 0. A BaseException,
     like KeyboardInterrupt, so no `except Exception` on the way swallows it."""
+
+
+@contextmanager
+def closing_through_sigterm() -> Iterator[None]:
+    """While the server closes its Nexus (stopping the MCP servers it started, which can take
+    their own grace time), a SIGTERM does not cut that short: a client that closed stdin and
+    then signals after its grace time (the MCP SDK's stdio client waits 2 s) asks for what is
+    already under way, and the close finishes (a SIGKILL still ends it, and the supervisor then
+    stops the MCP servers' trees)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
