@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import re
 import threading
 import weakref
 from collections import deque
@@ -33,6 +32,7 @@ from typing import Any, Literal
 
 import anyio
 import mcp_types as types
+from nexus_core.terminal import escape
 
 log = logging.getLogger("nexus_mcp")
 
@@ -49,13 +49,12 @@ MCP_LEVELS: dict[str, int] = {"debug": logging.DEBUG, "info": logging.INFO, "not
                               "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
                               "alert": logging.CRITICAL + 5, "emergency": logging.CRITICAL + 10}
 
-#: C0 and C1 controls (but tab and newline), DEL, and the bidi controls that reorder a line
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: str, limit: int = MAX_LOG_CHARS) -> str:
-    """`text` with each control character written as its escape (`\\x1b`), cut to `limit`."""
-    shown = _CONTROLS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """`text` with each control character written as its escape (`\\x1b`), cut to `limit`: the
+    core's `nexus_core.terminal.escape`, the one rule for what a person is shown."""
+    shown = escape(text)
     if len(shown) > limit:
         shown = f"{shown[:limit]}... [{len(shown) - limit} more characters]"
     return shown
