@@ -14,7 +14,6 @@ made; it is handed to the SDK and nowhere else: never logged, written or put in 
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from nexus_core.llm import SDKProvider
@@ -22,8 +21,6 @@ from nexus_core.llm import SDKProvider
 if TYPE_CHECKING:
     from google import genai
     from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
-
-    from nexus_core import Nexus
 
 PLUGIN_ID = "nexus.provider.gemini"
 PROVIDER = "gemini"
@@ -53,12 +50,6 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     name = PROVIDER
     vendor = "Gemini"
 
-    def __init__(self, nexus: Nexus) -> None:
-        super().__init__(nexus)
-        # the request a thread is sending: its HTTP response, once it comes, is what cancelling
-        # the request closes (the SDK's stream is a generator, which another thread cannot close)
-        self._sending = threading.local()
-
     def config_schema(self) -> dict[str, Any]:
         return config_schema()
 
@@ -66,21 +57,12 @@ class GeminiProvider(SDKProvider["genai.Client"]):
         from ._generate import make_client
 
         key = self.api_key()
-        return make_client(self.config, key, on_response=self._on_response), key
+        return make_client(self.config, key), key
 
     def send(self, client: genai.Client, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._generate import complete
 
-        self._sending.call = call
-        try:
-            return complete(client, self.config, request, call, secret=self.secret)
-        finally:
-            self._sending.call = None
-
-    def _on_response(self, response: Any) -> None:  # an httpx (or httpx2) Response
-        call = getattr(self._sending, "call", None)
-        if call is not None:
-            call.on_cancel(response.close)
+        return complete(client, self.config, request, call, secret=self.secret)
 
 
 __all__ = ["PLUGIN_ID", "PROVIDER", "GeminiProvider", "config_schema"]
