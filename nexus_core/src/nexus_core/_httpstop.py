@@ -83,13 +83,13 @@ def stoppable_transport(library: str = "httpx", **kwargs: Any) -> Any:
     a release of the library move it, the transport is returned as it is, with a warning: requests
     then stop at the provider's next chunk, as before."""
     transport = importlib.import_module(library).HTTPTransport(**kwargs)
-    pool = getattr(transport, "_pool", None)
+    pool: Any = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if backend is None or not callable(getattr(backend, "connect_tcp", None)):
+    if pool is None or not callable(getattr(backend, "connect_tcp", None)):
         log.warning("%s.HTTPTransport has no connection pool backend to wrap: a cancelled model request "
                     "waits for the server's next byte", library)
         return transport
-    pool._network_backend = _StoppableBackend(backend)  # type: ignore[union-attr]
+    pool._network_backend = _StoppableBackend(backend)
     return transport
 
 
