@@ -17,8 +17,7 @@ from nexus_core.llm import ModelRequest, ModelResponse
 from nexus_agent import AgentEvent, AgentResult, TextDelta, ToolCallFinished, read_transcript
 from nexus_core import Ask, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl, native_tool
 
-from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace
-from .test_stop import alive
+from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace, alive
 
 PROVIDERS = ["openai", "anthropic"]
 MODEL = {"openai": "openai:gpt-4.1", "anthropic": "anthropic:claude-sonnet-4-5"}

@@ -18,7 +18,7 @@ from fakes.providers import Call, FakeProviders, chat_completion
 
 from nexus_agent import read_transcript
 
-from .conftest import Workspace, subprocess_env
+from .conftest import Workspace, alive, subprocess_env
 from .pty_terminal import Terminal
 from .stalling import Answer, Silent, StallingServer
 
@@ -53,15 +53,6 @@ def stalling_config(workspace: Workspace, server: StallingServer, provider: str,
     sections = {plugin.replace(".", "__"): {**section, "base_url": server.url + ("/v1" if v1 else ""),
                                            "max_retries": 2}}
     workspace.config(model=model, agent={"stream": stream}, **sections)
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def transcript(workspace: Workspace) -> list[dict]:
