@@ -4,13 +4,20 @@ A provider's SDK (openai, anthropic, google-genai) sends a request from the thre
 and blocks there: waiting for the server's first byte, then reading the stream. Closing the
 response from another thread does not wake a read blocked in the kernel (and before the first
 byte there is no response to close), so Ctrl-C used to wait for the server to answer, up to the
-request's timeout. Here the blocking happens on sockets we can reach: `stoppable_transport()`
-is the HTTP library's own transport (httpx, or the httpx2 fork the SDKs use where it is
-installed) whose connection pool reads and writes through `_StoppableStream`. While a thread
-runs inside `stopping(token)`, each read, write and connect of that thread registers with the
-token what ends it: `shutdown()` of the socket, which wakes the blocked read with an end of
-file. The read then raises `RequestCancelled`, and the SDK's request ends, its connection
-closed: the server sees the client go.
+request's timeout. Here the blocking happens on sockets we can reach: `make_stoppable(client)`
+takes the SDK's own HTTP client (httpx, or the httpx2 fork the SDKs use where it is installed),
+as the SDK made it (its proxies from the environment, its keep-alive socket options), and has
+the connection pool of each of its transports read and write through `_StoppableStream`. While
+a thread runs inside `stopping(token)`, each read, write and connect of that thread registers
+with the token what ends it: `shutdown()` of the socket, which wakes the blocked read with an
+end of file. The read then raises `RequestCancelled`, and the SDK's request ends, its
+connection closed: the server sees the client go.
+
+httpx lets no one choose a transport's network backend (httpcore's `ConnectionPool` takes one,
+httpx's `HTTPTransport` does not pass it on), so the backend of each pool is wrapped where httpx
+keeps it: `client._transport`, `client._mounts`, `transport._pool._network_backend`, the same
+in httpx and httpx2 for years. Should a release move them, `make_stoppable` warns and leaves
+the client as it is: a request then stops at its next chunk.
 
 `RequestCancelled` derives from `BaseException`, as `asyncio.CancelledError` does and for the same
 reason: the SDKs retry a request that failed with any `Exception` (after sleeping up to seconds),
@@ -46,7 +53,7 @@ class RequestCancelled(BaseException):
 
 @contextlib.contextmanager
 def stopping(token: CancelToken) -> Iterator[None]:
-    """While inside, the HTTP requests this thread sends through a `stoppable_transport()` end
+    """While inside, the HTTP requests this thread sends through a `make_stoppable()` client end
     as soon as `token` is cancelled (`RequestCancelled`)."""
     reset = _current.set(token)
     try:
@@ -73,24 +80,26 @@ def http_library(client_class: type | None = None) -> str:
     return "httpx2"
 
 
-def stoppable_transport(library: str = "httpx", **kwargs: Any) -> Any:
-    """`library.HTTPTransport(**kwargs)` whose requests, sent inside `stopping(token)`, stop when
-    the token is cancelled. Give it to the SDK's client (`DefaultHttpxClient(transport=...)`,
-    google-genai's `client_args={"transport": ...}`).
+def make_stoppable(client: Any) -> Any:
+    """Make the requests `client` (an `httpx.Client` or `httpx2.Client`, such as an SDK's
+    `DefaultHttpxClient()`) sends inside `stopping(token)` stop when the token is cancelled, on
+    every transport it has (the default one and those for proxies). Returns the client."""
+    transports = [getattr(client, "_transport", None), *dict(getattr(client, "_mounts", None) or {}).values()]
+    wrapped = sum(_wrap(t) for t in transports if t is not None)
+    if not wrapped:
+        log.warning("%s has no connection pool to make stoppable: a cancelled model request waits for "
+                    "the server's next byte", type(client).__name__)
+    return client
 
-    httpx does not let a transport choose its connection pool's network backend (httpcore's
-    `ConnectionPool(network_backend=...)` does), so the one of the pool it made is wrapped. Should
-    a release of the library move it, the transport is returned as it is, with a warning: requests
-    then stop at the provider's next chunk, as before."""
-    transport = importlib.import_module(library).HTTPTransport(**kwargs)
+
+def _wrap(transport: Any) -> bool:
     pool: Any = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
     if pool is None or not callable(getattr(backend, "connect_tcp", None)):
-        log.warning("%s.HTTPTransport has no connection pool backend to wrap: a cancelled model request "
-                    "waits for the server's next byte", library)
-        return transport
-    pool._network_backend = _StoppableBackend(backend)
-    return transport
+        return False
+    if not isinstance(backend, _StoppableBackend):
+        pool._network_backend = _StoppableBackend(backend)
+    return True
 
 
 def _guarded(operation: Callable[..., Any], stream: _StoppableStream | None, *args: Any, **kwargs: Any) -> Any:

@@ -141,8 +141,8 @@ class ModelCall:
     The caller makes one per request (`ModelCall(on_text=print)`) and may call `cancel()` from
     any thread. The provider streams when `stream` is true, hands each piece of text to
     `text(delta)`, checks `cancelled` between events, and registers with `on_cancel(fn)` what
-    stops a blocked read at once. An `SDKProvider` whose SDK client sends through
-    `stoppable_transport()` needs neither: its requests end when the call is cancelled, before
+    stops a blocked read at once. An `SDKProvider` whose SDK client is `make_stoppable()`
+    needs neither: its requests end when the call is cancelled, before
     the first byte as in the stream. A cancelled call ends in `ModelError(kind="cancelled")`.
     """
 
@@ -277,8 +277,8 @@ class SDKProvider(Generic[ClientT]):
             return self._client
 
     def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
-        """`send`, with the HTTP requests it makes through a `stoppable_transport()` ended at
-        once when `call` is cancelled."""
+        """`send`, with the HTTP requests it makes through a `make_stoppable()` client ended
+        at once when `call` is cancelled."""
         client = self.client()
         with stopping(call.token):
             try:
@@ -401,7 +401,7 @@ def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: Model
         raise providers.unknown(request.provider)
     try:
         response = provider.complete(request, call)
-    except RequestCancelled:  # a provider of its own that sends through a stoppable transport
+    except RequestCancelled:  # a provider of its own that sends through a stoppable client
         raise ModelError("the model request was cancelled", "cancelled") from None
     except ModelError as exc:
         if call.cancelled and exc.kind != "cancelled":

@@ -5,7 +5,7 @@ Every request goes through `Nexus.complete(request)`: the request gates, the pro
 `request.provider` names, the response observers. See docs/agent.md.
 """
 
-from ._httpstop import RequestCancelled, http_library, stoppable_transport, stopping
+from ._httpstop import RequestCancelled, http_library, make_stoppable, stopping
 from ._llm import (
     Message,
     ModelCall,
@@ -31,7 +31,7 @@ __all__ = [
     "SDKProvider",
     "Usage",
     "http_library",
+    "make_stoppable",
     "split_model",
-    "stoppable_transport",
     "stopping",
 ]

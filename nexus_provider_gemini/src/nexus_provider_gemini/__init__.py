@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from nexus_core.llm import SDKProvider
 
+from nexus_core import hookimpl
+
 if TYPE_CHECKING:
     from google import genai
     from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
@@ -50,14 +52,25 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     name = PROVIDER
     vendor = "Gemini"
 
+    #: the HTTP client the SDK client sends through: ours to close (the SDK leaves it open)
+    _http_client: Any = None
+
     def config_schema(self) -> dict[str, Any]:
         return config_schema()
 
     def make_client(self) -> tuple[genai.Client, str | None]:
-        from ._generate import make_client
+        from ._generate import http_client, make_client
 
         key = self.api_key()
-        return make_client(self.config, key), key
+        self._http_client = http_client()
+        return make_client(self.config, key, self._http_client), key
+
+    @hookimpl
+    def nexus_shutdown(self) -> None:
+        super().nexus_shutdown()
+        client, self._http_client = self._http_client, None
+        if client is not None:
+            client.close()
 
     def send(self, client: genai.Client, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._generate import complete

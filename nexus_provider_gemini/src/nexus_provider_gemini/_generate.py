@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from google import genai
 from google.genai import errors, types
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_calls, to_provider_schemas
-from nexus_core.llm import ModelError, ModelResponse, Usage, http_library, stoppable_transport
+from nexus_core.llm import ModelError, ModelResponse, Usage, http_library, make_stoppable
 
 from nexus_core import ToolCall
 
@@ -42,14 +42,21 @@ def _failures() -> tuple[type[Exception], ...]:
     return (errors.APIError, *_http_errors("HTTPError"))
 
 
-def make_client(config: dict[str, Any], key: str | None) -> genai.Client:
-    """The SDK client for the config, with `key`. Its HTTP transport is one a cancelled
-    `ModelCall` stops at once, before the first byte as in the stream
-    (`nexus_core.llm.stoppable_transport`; the SDK picks httpx or httpx2 by the transport's)."""
+def http_client() -> Any:
+    """The HTTP client the SDK is given: httpx2's (httpx's where it is not installed, as the SDK
+    picks), made stoppable: a cancelled `ModelCall` ends its request at once, before the first
+    byte as in the stream (`nexus_core.llm.make_stoppable`). The SDK does not close a client it
+    was given: its owner does."""
+    return make_stoppable(importlib.import_module(http_library()).Client())
+
+
+def make_client(config: dict[str, Any], key: str | None, client: Any = None) -> genai.Client:
+    """The SDK client for the config, with `key`, sending through the HTTP `client` (default:
+    `http_client()`)."""
     options: dict[str, Any] = {
         "timeout": int(float(config.get("timeout_seconds", 600)) * 1000),  # milliseconds, to the SDK
         "retry_options": types.HttpRetryOptions(attempts=int(config.get("max_retries", 2)) + 1),
-        "client_args": {"transport": stoppable_transport(http_library())},
+        "httpx_client": client if client is not None else http_client(),
     }
     if config.get("base_url"):
         options["base_url"] = config["base_url"]
