@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: counted, never silently cut; a question shows everything)
 _ARGS_WIDTH = 100
 _SUMMARY_WIDTH = 120
+#: how much of what a stopped call said one `^C:` line shows (run_code's says what became of
+#: each inner call)
+_STOP_WIDTH = 240
 #: how much of a call's arguments `nexus ask` logs beside a decision it made by policy
 _POLICY_WIDTH = 2000
 
@@ -76,7 +79,7 @@ def stop_line(stopped: StoppedCall) -> str:
     detail = first[0] if first else ""
     for prefix in ("cancelled: ", "stopped: "):
         detail = detail.removeprefix(prefix)
-    return f"^C: stopped {call.name} ({_clip(detail, _SUMMARY_WIDTH)})"
+    return f"^C: stopped {call.name} ({_clip(detail, _STOP_WIDTH)})"
 
 
 class Display:
