@@ -22,6 +22,10 @@ from .conftest import Workspace, alive, subprocess_env
 from .pty_terminal import Terminal
 from .stalling import Answer, Silent, StallingServer
 
+#: how long any wait of these tests may take: generous, for a machine loaded many times over
+#: (each wait ends as soon as its event happens)
+WAIT = 300
+
 #: (model, the provider's config section but its base_url, whether the base URL ends in /v1)
 PROVIDERS = {
     "openai-chat": ("openai:gpt-4.1", {"api": "chat"}, True),
@@ -67,11 +71,11 @@ def test_ctrl_c_before_the_first_byte_ends_ask_and_closes_the_connection(
     with StallingServer(Silent()) as server:
         stalling_config(workspace, server, provider, stream)
         term = open_terminal(terminals, workspace, "ask", "a long task")
-        term.wait_for(server.stalled.is_set, "the request reaching the server", timeout=120)
+        term.wait_for(server.stalled.is_set, "the request reaching the server", timeout=WAIT)
         term.type(b"\x03")
-        term.read_until("nexus: stopped: interrupted")
-        assert server.disconnected.wait(60), "the request was not closed"
-        assert term.wait() == 130
+        term.read_until("nexus: stopped: interrupted", timeout=WAIT)
+        assert server.disconnected.wait(WAIT), "the request was not closed"
+        assert term.wait(WAIT) == 130
     assert len(server.bodies) == 1  # not sent again by the SDK's retries
     assert term.output.endswith("nexus: stopped: interrupted\n")
     assert transcript(workspace)[-1]["reason"] == "interrupted"
@@ -82,16 +86,16 @@ def test_ctrl_c_before_the_first_byte_in_chat_returns_the_prompt_and_the_chat_go
     with StallingServer(Silent(), Answer("Still here.")) as server:
         stalling_config(workspace, server, "openai-chat", True)
         term = open_terminal(terminals, workspace, "chat")
-        term.read_until("> ")
+        term.read_until("> ", timeout=WAIT)
         term.type(b"think hard\r")
-        term.wait_for(server.stalled.is_set, "the request reaching the server", timeout=120)
+        term.wait_for(server.stalled.is_set, "the request reaching the server", timeout=WAIT)
         term.type(b"\x03")
-        term.read_until("[stopped: interrupted]\n> ")
-        assert server.disconnected.wait(60), "the request was not closed"
+        term.read_until("[stopped: interrupted]\n> ", timeout=WAIT)
+        assert server.disconnected.wait(WAIT), "the request was not closed"
         term.type(b"are you there?\r")
-        term.read_until("Still here.\n> ")
+        term.read_until("Still here.\n> ", timeout=WAIT)
         term.type(b"\x04")
-        assert term.wait() == 0
+        assert term.wait(WAIT) == 0
     assert len(server.bodies) == 2  # the stopped request once, then the next message
     assert server.bodies[1]["messages"][-1] == {"role": "user", "content": "are you there?"}
 
@@ -100,7 +104,7 @@ SLEEPER = "sleep 600 & echo $! > sleep.pid; wait"
 
 
 def wait_for_pid(term: Terminal, path: Path) -> int:
-    term.wait_for(lambda: path.exists() and path.read_text().strip().isdigit(), f"{path.name} written", timeout=120)
+    term.wait_for(lambda: path.exists() and path.read_text().strip().isdigit(), f"{path.name} written", timeout=WAIT)
     pid = int(path.read_text())
     assert alive(pid)
     return pid
@@ -113,8 +117,8 @@ def test_ctrl_c_in_ask_kills_the_shell_command_and_prints_nothing_after_stopped(
     term = open_terminal(terminals, workspace, "ask", "wait a while")
     pid = wait_for_pid(term, workspace.root / "sleep.pid")
     term.type(b"\x03")
-    term.read_until("^C: stopped shell (killed ")
-    assert term.wait() == 130
+    term.read_until("^C: stopped shell (killed ", timeout=WAIT)
+    assert term.wait(WAIT) == 130
     assert not alive(pid)
     out = term.output
     assert "^C: stopping the turn (Ctrl-C again quits)\n" in out
@@ -132,18 +136,18 @@ def test_ctrl_c_in_chat_kills_the_shell_command_before_the_prompt_returns(
                 chat_completion("Yes, here."))
     workspace.config()
     term = open_terminal(terminals, workspace, "chat")
-    term.read_until("> ")
+    term.read_until("> ", timeout=WAIT)
     term.type(b"wait a while\r")
     pid = wait_for_pid(term, workspace.root / "sleep.pid")
     term.type(b"\x03")
-    term.read_until("[stopped: interrupted]\n> ")
+    term.read_until("[stopped: interrupted]\n> ", timeout=WAIT)
     assert not alive(pid)  # gone by the time the prompt is back
     out = term.output
     assert "^C: stopped shell (killed " in out and "tool shell" not in out
     term.type(b"still there?\r")
-    term.read_until("Yes, here.\n> ")
+    term.read_until("Yes, here.\n> ", timeout=WAIT)
     term.type(b"\x04")
-    assert term.wait() == 0
+    assert term.wait(WAIT) == 0
     assert "tool shell" not in term.output  # no late result line, ever
     # the model is told what became of the call it made
     tool_message = [m for m in fake.last("openai.chat").body["messages"] if m["role"] == "tool"][-1]
@@ -166,8 +170,8 @@ def test_ctrl_c_stops_run_code_and_the_inner_shell_call(fake: FakeProviders, wor
     term = open_terminal(terminals, workspace, "ask", "run it")
     pid = wait_for_pid(term, workspace.root / "inner.pid")
     term.type(b"\x03")
-    term.read_until("nexus: stopped: interrupted")
-    assert term.wait() == 130
+    term.read_until("nexus: stopped: interrupted", timeout=WAIT)
+    assert term.wait(WAIT) == 130
     assert not alive(pid)  # killed by the inner shell call, whose token run_code cancelled
     lines = term.output.splitlines()
     stopping = lines.index("^C: stopping the turn (Ctrl-C again quits)")
@@ -212,14 +216,14 @@ def test_a_second_ctrl_c_quits_while_a_call_will_not_stop(fake: FakeProviders, w
     fake.script("openai.chat", chat_completion(None, [Call("stubborn", {"seconds": 600})]))
     workspace.config(agent={"stop_grace_seconds": 600})
     term = open_terminal(terminals, workspace, "chat", site=stubborn_site)
-    term.read_until("> ")
+    term.read_until("> ", timeout=WAIT)
     term.type(b"sleep\r")
-    term.wait_for((workspace.root / "stubborn.started").exists, "the stubborn call starting", timeout=120)
+    term.wait_for((workspace.root / "stubborn.started").exists, "the stubborn call starting", timeout=WAIT)
     term.type(b"\x03")
-    term.read_until("^C: stopping the turn (Ctrl-C again quits)")
+    term.read_until("^C: stopping the turn (Ctrl-C again quits)", timeout=WAIT)
     term.type(b"\x03")
-    term.read_until("^C: quitting")
-    assert term.wait() == 130
+    term.read_until("^C: quitting", timeout=WAIT)
+    assert term.wait(WAIT) == 130
 
 
 def test_a_call_that_does_not_stop_is_said_to_be_still_ending(fake: FakeProviders, workspace: Workspace,
@@ -227,16 +231,16 @@ def test_a_call_that_does_not_stop_is_said_to_be_still_ending(fake: FakeProvider
     fake.script("openai.chat", chat_completion(None, [Call("stubborn", {"seconds": 600})]), chat_completion("Here."))
     workspace.config(agent={"stop_grace_seconds": 0.5})
     term = open_terminal(terminals, workspace, "chat", site=stubborn_site)
-    term.read_until("> ")
+    term.read_until("> ", timeout=WAIT)
     term.type(b"sleep\r")
-    term.wait_for((workspace.root / "stubborn.started").exists, "the stubborn call starting", timeout=120)
+    term.wait_for((workspace.root / "stubborn.started").exists, "the stubborn call starting", timeout=WAIT)
     term.type(b"\x03")
     term.read_until("^C: stubborn is still ending (interrupted by the user; the call had not ended 0.5s later)\n"
-                    "[stopped: interrupted]\n> ")
+                    "[stopped: interrupted]\n> ", timeout=WAIT)
     term.type(b"hello\r")
-    term.read_until("Here.\n> ")
+    term.read_until("Here.\n> ", timeout=WAIT)
     term.type(b"\x04")
-    assert term.wait() == 0
+    assert term.wait(WAIT) == 0
     assert "tool stubborn" not in term.output
 
 
@@ -245,17 +249,17 @@ def test_help_lists_the_chat_commands_and_is_not_sent_to_the_model(
     fake.script("openai.chat", chat_completion("It maps names to addresses."))
     workspace.config()
     term = open_terminal(terminals, workspace, "chat")
-    term.read_until("> ")
+    term.read_until("> ", timeout=WAIT)
     term.type(b"/help\r")
-    term.read_until("  /exit, /quit  end the chat (as Ctrl-D does)\n")
-    term.read_until("> ")
+    term.read_until("  /exit, /quit  end the chat (as Ctrl-D does)\n", timeout=WAIT)
+    term.read_until("> ", timeout=WAIT)
     term.type(b"/frobnicate now\r")
-    term.read_until("unknown command /frobnicate")
-    term.read_until("  /help         this list\n")
-    term.read_until("> ")
+    term.read_until("unknown command /frobnicate", timeout=WAIT)
+    term.read_until("  /help         this list\n", timeout=WAIT)
+    term.read_until("> ", timeout=WAIT)
     term.type(b"/etc/hosts: what is it for?\r")  # a path is not a command: the model gets it
-    term.read_until("It maps names to addresses.\n> ")
+    term.read_until("It maps names to addresses.\n> ", timeout=WAIT)
     term.type(b"/exit\r")
-    assert term.wait() == 0
+    assert term.wait(WAIT) == 0
     [request] = fake.requests_for("openai.chat")
     assert request.body["messages"][-1] == {"role": "user", "content": "/etc/hosts: what is it for?"}
