@@ -125,6 +125,15 @@ class NoDeletes:
         return Veto("deleting is not allowed") if "rm " in call.arguments.get("command", "") else None
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie waiting for its parent counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 RunNexus = Callable[..., "subprocess.CompletedProcess[str]"]
 
 

@@ -3,7 +3,9 @@ does, so tests can interrupt a turn in the middle of a stream.
 
 It speaks OpenAI Chat Completions (`POST /v1/chat/completions`), Anthropic Messages
 (`POST /v1/messages`) and Gemini (`POST /{version}/models/{model}:streamGenerateContent`), streamed. Each request takes the next scripted step:
-`Stall("some text")` streams that text and then holds the connection open, writing a keep-alive
+`Silent()` sends nothing at all, not even the status line, the way a loaded model server keeps a
+client waiting for its first byte, until the client goes away (`disconnected` is then set) or
+`release()`; `Stall("some text")` streams that text and then holds the connection open, writing a keep-alive
 comment now and then, until the client goes away (`disconnected` is then set: proof the client
 closed its stream) or `release()`; `Answer("text")` streams a whole reply that ends the turn.
 """
@@ -11,11 +13,18 @@ closed its stream) or `release()`; `Answer("text")` streams a whole reply that e
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Silent:
+    """Answer nothing: the request waits for its first byte."""
 
 
 @dataclass(frozen=True)
@@ -29,8 +38,8 @@ class Answer:
 
 
 class StallingServer:
-    def __init__(self, *steps: Stall | Answer) -> None:
-        self.steps: deque[Stall | Answer] = deque(steps)
+    def __init__(self, *steps: Silent | Stall | Answer) -> None:
+        self.steps: deque[Silent | Stall | Answer] = deque(steps)
         self.stalled = threading.Event()  # a stream is stalled now
         self.disconnected = threading.Event()  # the client closed a stalled stream
         self._release = threading.Event()
@@ -49,7 +58,7 @@ class StallingServer:
     def release(self) -> None:
         self._release.set()
 
-    def next_step(self, body: Any) -> Stall | Answer:
+    def next_step(self, body: Any) -> Silent | Stall | Answer:
         with self._lock:
             self.bodies.append(body)
             return self.steps.popleft() if self.steps else Answer("(no step left)")
@@ -76,6 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"null")
         state = self.server_state
         step = state.next_step(body)
+        if isinstance(step, Silent):
+            self._wait_silently()
+            return
         anthropic = self.path.endswith("/v1/messages")
         gemini = ":streamGenerateContent" in self.path
         self.send_response(200)
@@ -97,6 +109,23 @@ class _Handler(BaseHTTPRequestHandler):
                 # the write fails once the client has gone
                 self.wfile.write(b"\n" if gemini else b": still thinking\n\n")
                 self.wfile.flush()
+        except OSError:
+            state.disconnected.set()
+        finally:
+            state.stalled.clear()
+
+    def _wait_silently(self) -> None:
+        """Hold the request without a byte of answer until the client closes its end (an end of
+        file on the socket) or the server is released."""
+        state = self.server_state
+        self.close_connection = True
+        state.stalled.set()
+        try:
+            while not state._release.is_set():
+                ready, _, _ = select.select([self.connection], [], [], 0.05)
+                if ready and not self.connection.recv(1, socket.MSG_PEEK):
+                    state.disconnected.set()
+                    return
         except OSError:
             state.disconnected.set()
         finally:

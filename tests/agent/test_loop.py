@@ -17,7 +17,7 @@ from nexus_core.llm import ModelRequest, ModelResponse
 from nexus_agent import AgentEvent, AgentResult, TextDelta, ToolCallFinished, read_transcript
 from nexus_core import Ask, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl, native_tool
 
-from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace
+from .conftest import ANTHROPIC_KEY, API_KEY, READ_SCRIPT, Workspace, alive
 
 PROVIDERS = ["openai", "anthropic"]
 MODEL = {"openai": "openai:gpt-4.1", "anthropic": "anthropic:claude-sonnet-4-5"}
@@ -451,3 +451,37 @@ def test_the_model_is_offered_the_tools_it_calls_directly(provider: str, fake: F
                            else offered["run_code"]["description"])
     if provider == "anthropic":
         assert offered["read"]["allowed_callers"] == ["direct", "code_execution_20250825"]
+
+
+def test_cancel_stops_the_running_shell_call_and_says_what_became_of_it(fake: FakeProviders,
+                                                                       workspace: Workspace) -> None:
+    """session.cancel() cancels the turn's tool calls (their CancelToken): the real shell kills
+    the command, send() returns once it has, `stopped` holds its result, and on_event never
+    sees that result (the front end says it once). The model is given it with the next task."""
+    pid_file = workspace.root / "sleep.pid"
+    fake.script("openai.chat", chat_completion(None, [Call("shell", {"command": "sleep 600 & echo $! > sleep.pid; wait"})]),
+                chat_completion("Fine."))
+    events: list[AgentEvent] = []
+    with Nexus.from_config(workspace.config()) as nx, \
+            nx.plugin("nexus.agent").session(on_event=events.append) as session:
+        box: dict[str, AgentResult] = {}
+        worker = threading.Thread(target=lambda: box.setdefault("r", session.send("wait")))
+        worker.start()
+        for _ in range(1200):  # up to 60 s for the command to start
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            worker.join(0.05)
+        pid = int(pid_file.read_text())
+        session.cancel()
+        worker.join(60)
+        result = box["r"]
+        assert result.stop_reason == "interrupted"
+        [stopped] = result.stopped
+        assert stopped.call.name == "shell" and stopped.ended
+        assert stopped.result.error_kind == "cancelled"
+        assert stopped.result.error.startswith("stopped: the call was cancelled (interrupted by the user): killed ")
+        assert not alive(pid)
+        assert not [e for e in events if isinstance(e, ToolCallFinished)]
+        assert session.send("go on").text == "Fine."
+    sent = tool_results_sent("openai", fake.last("openai.chat").body)
+    assert "stopped: the call was cancelled (interrupted by the user): killed " in next(iter(sent.values()))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported on first use: `nexus --help` imports this module, 
         AgentEvent,
         AgentResult,
         ModelResponded,
+        StoppedCall,
         StopReason,
         TaskStopped,
         TextDelta,
@@ -46,7 +47,7 @@ PLUGIN_ID = "nexus.agent"
 #: public name -> the private module that defines it
 _LAZY = {
     "AgentEvent": "._events", "AgentResult": "._events", "ModelResponded": "._events",
-    "StopReason": "._events", "TaskStopped": "._events", "TextDelta": "._events",
+    "StopReason": "._events", "StoppedCall": "._events", "TaskStopped": "._events", "TextDelta": "._events",
     "ToolCallFinished": "._events", "ToolCallStarted": "._events",
     "Session": "._session", "read_transcript": "._transcript",
 }
@@ -84,6 +85,9 @@ def config_schema() -> dict[str, Any]:
             "stream": {"type": "boolean", "default": True, "description": "stream the model's text"},
             "transcripts": {"type": "boolean", "default": True,
                             "description": "write each session's transcript under the session dir"},
+            "stop_grace_seconds": {"type": "number", "minimum": 0, "default": 10,
+                                   "description": "how long an interrupted task waits for its tool calls "
+                                                  "to end before it returns without them"},
         },
     }
 
@@ -148,6 +152,7 @@ __all__ = [
     "ModelResponded",
     "Session",
     "StopReason",
+    "StoppedCall",
     "TaskStopped",
     "TextDelta",
     "ToolCallFinished",

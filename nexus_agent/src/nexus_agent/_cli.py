@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,23 @@ def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
     except ModelError as exc:  # no such provider here: the closest one, or what to install
         raise UsageError(f"--model {chosen}: {exc}" if model else f"model {chosen}: {exc}") from None
     return agent.session(model=chosen, **kwargs)
+
+
+#: what `/help` in `nexus chat` shows
+CHAT_HELP = """\
+the chat's commands:
+  /help         this list
+  /exit, /quit  end the chat (as Ctrl-D does)
+Any other line is a task for the agent. Ctrl-C stops the current turn; a second Ctrl-C quits."""
+
+_COMMAND = re.compile(r"/[A-Za-z][\w-]*")
+
+
+def chat_command_of(line: str) -> str | None:
+    """The chat command a line gives (`/help`), or None for a line for the model. A command is
+    a first word like `/name`; a path such as `/etc/hosts` is not one."""
+    first = line.strip().split(maxsplit=1)[0] if line.strip() else ""
+    return first.lower() if _COMMAND.fullmatch(first) else None
 
 
 def _stop_note(result: AgentResult) -> str | None:
@@ -123,7 +141,8 @@ Examples:
   nexus --config agent.yaml chat --model openai:gpt-4.1 -v
 
 \b
-Ctrl-C stops the current turn (the chat goes on); Ctrl-D or /exit ends the chat.""")
+Ctrl-C stops the current turn (the chat goes on; a second Ctrl-C quits);
+Ctrl-D or /exit ends the chat; /help lists the chat's commands.""")
 @_model_option
 @_turns_option
 @_verbose_option
@@ -151,8 +170,14 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
                 continue
             if not line.strip():
                 continue
-            if line.strip() in ("/exit", "/quit"):
+            command = chat_command_of(line)
+            if command in ("/exit", "/quit"):
                 break
+            if command is not None:
+                display.note(CHAT_HELP if command == "/help" else
+                             f"unknown command {command} (a line sent to the model cannot start with "
+                             f"one)\n{CHAT_HELP}")
+                continue
             result = run_task(session, line, display, approver)
             display.end_text()
             note = _stop_note(result)

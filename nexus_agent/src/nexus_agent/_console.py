@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from nexus_core import Answer, Question, ToolCall, ToolResult
 from nexus_core.terminal import discard_typed_ahead, escape, render_call, render_question
 
-from ._events import AgentEvent, AgentResult, ModelResponded, TextDelta, ToolCallFinished
+from ._events import AgentEvent, AgentResult, ModelResponded, StoppedCall, TextDelta, ToolCallFinished
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: counted, never silently cut; a question shows everything)
 _ARGS_WIDTH = 100
 _SUMMARY_WIDTH = 120
+#: how much of what a stopped call said one `^C:` line shows (run_code's says what became of
+#: each inner call)
+_STOP_WIDTH = 240
 #: how much of a call's arguments `nexus ask` logs beside a decision it made by policy
 _POLICY_WIDTH = 2000
 
@@ -55,6 +58,28 @@ def result_summary(result: ToolResult) -> str:
         return "pending: no answer"
     lines = result.output.count("\n") + (1 if result.output and not result.output.endswith("\n") else 0)
     return f"ok, {lines} line{'s' if lines != 1 else ''}" if lines else "ok"
+
+
+def stop_line(stopped: StoppedCall) -> str:
+    """What became of a call the person's Ctrl-C interrupted, in one line:
+    `^C: stopped shell (killed 2 processes: bash, sleep)`."""
+    call, result = stopped.call, stopped.result
+    if not stopped.ended:
+        return f"^C: {call.name} is still ending ({_clip(result.error or '', _SUMMARY_WIDTH)})"
+    if result.error_kind != "cancelled":  # it ended by itself as the interrupt came
+        return f"^C: {call.name} ended: {result_summary(result)}"
+    structured = result.output_structured if isinstance(result.output_structured, dict) else {}
+    killed = structured.get("killed")
+    if isinstance(killed, list):  # the shell's: what it killed
+        names = [str(p.get("name")) for p in killed[:5] if isinstance(p, dict) and p.get("name")]
+        what = f"killed {len(killed)} process{'es' if len(killed) != 1 else ''}"
+        what += f": {', '.join(names)}{', ...' if len(killed) > len(names) else ''}" if names else ""
+        return f"^C: stopped {call.name} ({what})"
+    first = (result.error or "").strip().splitlines()
+    detail = first[0] if first else ""
+    for prefix in ("cancelled: ", "stopped: "):
+        detail = detail.removeprefix(prefix)
+    return f"^C: stopped {call.name} ({_clip(detail, _STOP_WIDTH)})"
 
 
 class Display:
@@ -287,10 +312,18 @@ class PolicyApprover:
         return Answer(False, "no one is here to approve it (nexus ask was run without --yes)", by="nexus ask")
 
 
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
 def run_task(session: Session, text: str, display: Display, approver: ConsoleApprover | None) -> AgentResult:
     """Run one task on its own thread while this (the main) thread asks the person the task's
-    questions. Ctrl-C cancels the task and waits for it to stop; a second Ctrl-C while it
-    stops propagates."""
+    questions. Ctrl-C cancels the task (its model request ends, its tool calls are stopped) and
+    waits until the task has ended, then says what each running call came to; a second Ctrl-C
+    while it stops propagates (the command quits)."""
     done = threading.Event()
     box: dict[str, Any] = {}
 
@@ -312,12 +345,21 @@ def run_task(session: Session, text: str, display: Display, approver: ConsoleApp
                 pass
     except KeyboardInterrupt:
         session.cancel()
+        display.end_text()
+        if _stdin_is_a_terminal():  # the terminal echoed `^C` where the cursor was: a line of its own
+            display.write(display.calls, "\n")
         display.note("^C: stopping the turn (Ctrl-C again quits)")
-        while not done.wait(0.05):
-            if approver is not None:
-                approver.refuse_waiting("the task was interrupted")
+        try:
+            while not done.wait(0.05):
+                if approver is not None:
+                    approver.refuse_waiting("the task was interrupted")
+        except KeyboardInterrupt:
+            display.note("^C: quitting")
+            raise
     worker.join()
     if "error" in box:
         raise box["error"]
     result: AgentResult = box["result"]
+    for stopped in result.stopped:
+        display.note(stop_line(stopped))
     return result

@@ -47,10 +47,22 @@ class ToolCallFinished:
 
 
 @attrs.frozen
+class StoppedCall:
+    """A tool call that was running when its task was interrupted, and its result: the tool's
+    own when the call ended (`ended`; a stopped shell says what it killed), else the session's
+    "interrupted" result for a call that had not ended `stop_grace_seconds` later."""
+
+    call: ToolCall
+    result: ToolResult
+    ended: bool = True
+
+
+@attrs.frozen
 class AgentResult:
     """How a task ended: the model's last text, why it stopped, how many model requests it
-    made (`turns`) and the tokens they used, the error for "error" and "vetoed", and where the
-    transcript is (None when transcripts are off)."""
+    made (`turns`) and the tokens they used, the error for "error" and "vetoed", where the
+    transcript is (None when transcripts are off), and, for "interrupted", the tool calls that
+    were running then (`stopped`)."""
 
     text: str
     stop_reason: StopReason
@@ -59,6 +71,7 @@ class AgentResult:
     session_id: str
     transcript: str | None = None
     error: str | None = None
+    stopped: tuple[StoppedCall, ...] = ()
 
 
 @attrs.frozen

@@ -17,8 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -26,12 +25,13 @@ from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelRe
 from nexus_core.skills import skills_prompt
 from nexus_core.wire import converter
 
-from nexus_core import Answer, Question, ToolCall, ToolResult, Veto
+from nexus_core import Answer, CancelToken, Question, ToolCall, ToolResult, Veto
 
 from ._events import (
     AgentEvent,
     AgentResult,
     ModelResponded,
+    StoppedCall,
     StopReason,
     TaskStopped,
     TextDelta,
@@ -49,6 +49,8 @@ PLUGIN_ID = "nexus.agent"  # also in __init__.py
 
 #: how often a task waiting for tool calls checks whether it was interrupted
 _POLL_SECONDS = 0.05
+#: the reason a person's interrupt gives the task's token (the shell's result quotes it)
+INTERRUPTED = "interrupted by the user"
 
 
 @attrs.frozen
@@ -62,6 +64,7 @@ class Settings:
     max_parallel_calls: int = 8
     stream: bool = True
     transcripts: bool = True
+    stop_grace_seconds: float = 10.0
 
 
 def new_session_id() -> str:
@@ -102,7 +105,12 @@ class Session:
     Made by `nx.plugin("nexus.agent").session(...)`. `send(text)` runs a task and returns an
     `AgentResult`; `cancel()`, from any thread, stops the running task (not the session: the
     next `send` goes on with the same history). Close it when done (or use it as a context
-    manager): that ends its transcript and its worker threads.
+    manager): that ends its transcript and stops what still runs.
+
+    Each task has a `CancelToken` of its own: its model requests (`ModelCall`) and its tool calls
+    (`Nexus.invoke(..., cancel=token)`) are stopped through it. Tool calls run on daemon threads
+    (at most `max_parallel_calls` at once), so a call that ignores its token cannot keep the
+    process from exiting.
     """
 
     def __init__(self, nexus: Nexus, settings: Settings, *, model: str,
@@ -121,10 +129,11 @@ class Session:
         keep = settings.transcripts if transcript is None else transcript
         path = nexus.config.session_dir / "plugins" / PLUGIN_ID / f"{self.id}.jsonl" if keep else None
         self.transcript = Transcript(path)
-        self._cancel = threading.Event()
-        self._current: ModelCall | None = None
+        self._token = CancelToken()  # the running task's (a new one for each task)
+        self._slots = threading.BoundedSemaphore(settings.max_parallel_calls)
+        self._stopped: list[StoppedCall] = []
+        self._shown: set[str] = set()  # the ids of this task's calls whose result was shown
         self._busy = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_calls, thread_name_prefix="nexus-agent")
         self._closed = False
         self.transcript.write("session", id=self.id, provider=self.provider, model=self.model_name,
                               workspace=str(nexus.config.workspace), max_turns=settings.max_turns,
@@ -145,30 +154,30 @@ class Session:
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a task is already running in this session")
         try:
-            self._cancel.clear()
+            self._token = CancelToken()
+            self._stopped, self._shown = [], set()
             return self._task(text)
         finally:
             self._busy.release()
 
-    def cancel(self) -> None:
-        """Stop the running task soon: the model's stream is closed, no new request or call
-        starts, calls still running are answered as interrupted (they finish in the
-        background). Safe from any thread, also when nothing runs."""
-        self._cancel.set()
-        current = self._current
-        if current is not None:
-            current.cancel()
+    def cancel(self, reason: str = INTERRUPTED) -> None:
+        """Stop the running task now: its model request ends (its connection closed), no new
+        request or call starts, and the running tool calls are cancelled (their `CancelToken`:
+        the shell kills the command's processes, run_code its script). The task returns once
+        they have ended, or after `stop_grace_seconds` for a call that does not stop; the
+        result's `stopped` says what became of each. Safe from any thread, also when nothing
+        runs (then it does nothing)."""
+        self._token.cancel(reason)
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._token.cancelled
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.cancel("the session was closed")
         self.transcript.close()
 
     def __enter__(self) -> Session:
@@ -238,18 +247,16 @@ class Session:
             self._emit(TextDelta(delta))
 
         call = ModelCall(on_text=on_text, stream=self.settings.stream)
-        self._current = call
+        forget = self._token.on_cancel(call.cancel)  # at once, if the task was cancelled already
         try:
-            if self.cancelled:  # cancelled between the check and here: the new call too
-                call.cancel()
             response = self.nexus.complete(request, call)
         except ModelError:
             if streamed:  # what the person saw of a response that never ended
                 self.transcript.write("partial_response", turn=request.metadata.get("turn"), text="".join(streamed))
             raise
         finally:
-            self._current = None
-        if response.text and not streamed:  # not streamed: the front end gets the text whole
+            forget()
+        if response.text and not streamed and not self.cancelled:  # not streamed: the text whole
             self._emit(TextDelta(response.text))
         return response
 
@@ -272,36 +279,65 @@ class Session:
         self.history.append(Message.tool(tuple(results)))
 
     def _run_calls(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
-        futures: list[Future[ToolResult]] = [self._pool.submit(self._invoke, call) for call in calls]
+        """Run the calls at once (at most `max_parallel_calls` at a time) and wait for them. When
+        the task is cancelled meanwhile, the calls are too (the task's token): wait for them to
+        end, `stop_grace_seconds` at most; what became of each that was still running is the
+        task's `stopped`, and is not shown as a finished call."""
+        token = self._token
+        futures = {self._start(call, token): call for call in calls}
+        pending = set(futures)
+        while pending and not token.cancelled:
+            _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_COMPLETED)
+        if pending:  # interrupted: the calls' token is cancelled too; give them the time to end
+            _, pending = wait(pending, timeout=self.settings.stop_grace_seconds)
         results: list[ToolResult] = []
-        for call, future in zip(calls, futures):
-            while True:
-                if self.cancelled and not future.done():
-                    result = ToolResult(id=call.id, name=call.name, error_kind="cancelled",
-                                        output="interrupted by the user before this call finished",
-                                        error="interrupted by the user before this call finished")
-                    self.transcript.write("tool_interrupted", call=_call_json(call))
-                    break
-                try:
-                    result = future.result(timeout=_POLL_SECONDS)
-                    break
-                except FutureTimeout:
-                    continue
+        for future, call in futures.items():
+            if future in pending:
+                result = ToolResult(
+                    id=call.id, name=call.name, error_kind="cancelled",
+                    output=f"interrupted by the user; the call had not ended {self.settings.stop_grace_seconds:g}s later",
+                    error=f"interrupted by the user; the call had not ended {self.settings.stop_grace_seconds:g}s later")
+                self.transcript.write("tool_interrupted", call=_call_json(call))
+            else:
+                result = future.result()
+            if call.id not in self._shown:  # it ended after the interrupt, or has not ended
+                self._stopped.append(StoppedCall(call, result, ended=future not in pending))
             results.append(result)
         return results
 
-    def _invoke(self, call: ToolCall) -> ToolResult:
+    def _start(self, call: ToolCall, token: CancelToken) -> Future[ToolResult]:
+        """The call, on a daemon thread of its own once a slot is free."""
+        future: Future[ToolResult] = Future()
+
+        def run() -> None:
+            with self._slots:
+                try:
+                    future.set_result(self._invoke(call, token))
+                except BaseException as exc:  # noqa: BLE001 - the task's thread reads it
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name=f"nexus-agent-call-{call.name}", daemon=True).start()
+        return future
+
+    def _invoke(self, call: ToolCall, token: CancelToken) -> ToolResult:
         self._emit(ToolCallStarted(call))
         invalid = call.metadata.get("invalid_arguments")
         if invalid:  # the provider could not read the arguments the model wrote
             result = self.nexus.refuse(call, f"invalid arguments for {call.name}: {invalid}", "invalid_arguments")
         else:
-            result = self.nexus.invoke(call, approver=self._approver(), context={"session": self.id})
-        self._record_result(call, result)
+            result = self.nexus.invoke(call, approver=self._approver(), context={"session": self.id}, cancel=token)
+        self._record_result(call, result, token)
         return result
 
-    def _record_result(self, call: ToolCall, result: ToolResult) -> None:
+    def _record_result(self, call: ToolCall, result: ToolResult, token: CancelToken | None = None) -> None:
+        if token is not None and token.cancelled:
+            # the task was interrupted: what this call came to is the task's `stopped`, said
+            # once by the front end; a result after the task returned is only recorded
+            late = {"late": True} if self._token is not token or not self._busy.locked() else {}
+            self.transcript.write("tool_result", call=_call_json(call), result=_result_json(result), **late)
+            return
         self.transcript.write("tool_result", call=_call_json(call), result=_result_json(result))
+        self._shown.add(call.id)
         self._emit(ToolCallFinished(call, result))
 
     def _approver(self) -> Callable[[Question], Any] | None:
@@ -323,7 +359,7 @@ class Session:
 
     def _stop(self, reason: StopReason, text: str, turns: int, usage: Usage, error: str | None = None) -> AgentResult:
         result = AgentResult(text=text, stop_reason=reason, turns=turns, usage=usage, session_id=self.id,
-                             transcript=self.transcript_path, error=error)
+                             transcript=self.transcript_path, error=error, stopped=tuple(self._stopped))
         self.transcript.write("stop", reason=reason, text=text, turns=turns, usage=_usage_json(usage),
                               error=error)
         self._emit(TaskStopped(result))

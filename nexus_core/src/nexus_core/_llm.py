@@ -24,6 +24,7 @@ import attrs
 from ._cancel import CancelToken
 from ._errors import describe_exception
 from ._hookcalls import GateRules, quoted
+from ._httpstop import RequestCancelled, stopping
 from ._markers import hookimpl
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
 
@@ -140,8 +141,9 @@ class ModelCall:
     The caller makes one per request (`ModelCall(on_text=print)`) and may call `cancel()` from
     any thread. The provider streams when `stream` is true, hands each piece of text to
     `text(delta)`, checks `cancelled` between events, and registers with `on_cancel(fn)` what
-    stops a blocked read at once (closing its HTTP stream). A cancelled call ends in
-    `ModelError(kind="cancelled")`.
+    stops a blocked read at once. An `SDKProvider` whose SDK client is `make_stoppable()`
+    needs neither: its requests end when the call is cancelled, before
+    the first byte as in the stream. A cancelled call ends in `ModelError(kind="cancelled")`.
     """
 
     def __init__(self, on_text: Callable[[str], None] | None = None, *, stream: bool = True) -> None:
@@ -275,7 +277,14 @@ class SDKProvider(Generic[ClientT]):
             return self._client
 
     def complete(self, request: ModelRequest, call: ModelCall) -> ModelResponse:
-        return self.send(self.client(), request, call)
+        """`send`, with the HTTP requests it makes through a `make_stoppable()` client ended
+        at once when `call` is cancelled."""
+        client = self.client()
+        with stopping(call.token):
+            try:
+                return self.send(client, request, call)
+            except RequestCancelled:
+                raise ModelError("the model request was cancelled", "cancelled") from None
 
     def __repr__(self) -> str:  # never the client's, which holds the key
         return f"<{type(self).__name__} {self.name!r} base_url={self.config.get('base_url')!r}>"
@@ -392,6 +401,8 @@ def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: Model
         raise providers.unknown(request.provider)
     try:
         response = provider.complete(request, call)
+    except RequestCancelled:  # a provider of its own that sends through a stoppable client
+        raise ModelError("the model request was cancelled", "cancelled") from None
     except ModelError as exc:
         if call.cancelled and exc.kind != "cancelled":
             raise ModelError("the model request was cancelled", "cancelled") from exc

@@ -5,6 +5,7 @@ Every request goes through `Nexus.complete(request)`: the request gates, the pro
 `request.provider` names, the response observers. See docs/agent.md.
 """
 
+from ._httpstop import RequestCancelled, http_library, make_stoppable, stopping
 from ._llm import (
     Message,
     ModelCall,
@@ -26,7 +27,11 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "RequestCancelled",
     "SDKProvider",
     "Usage",
+    "http_library",
+    "make_stoppable",
     "split_model",
+    "stopping",
 ]

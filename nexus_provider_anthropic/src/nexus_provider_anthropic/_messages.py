@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_call, to_provider_schemas
-from nexus_core.llm import ModelError, ModelResponse, Usage
+from nexus_core.llm import ModelError, ModelResponse, Usage, make_stoppable
 
 from nexus_core import ToolCall
 
@@ -21,11 +21,15 @@ DEFAULT_MAX_TOKENS = 4096
 
 
 def make_client(config: dict[str, Any], key: str | None) -> anthropic.Anthropic:
-    """The SDK client for the config, with `key`."""
+    """The SDK client for the config, with `key`. Its HTTP client, the SDK's default one (TCP
+    keep-alive, proxies from the environment), is made stoppable: a cancelled `ModelCall` ends
+    its request at once, before the first byte as in the stream
+    (`nexus_core.llm.make_stoppable`)."""
     kwargs: dict[str, Any] = {
         "api_key": key,
         "max_retries": int(config.get("max_retries", 2)),
         "timeout": float(config.get("timeout_seconds", 600)),
+        "http_client": make_stoppable(anthropic.DefaultHttpxClient()),
     }
     if config.get("base_url"):
         kwargs["base_url"] = config["base_url"]
@@ -159,7 +163,6 @@ def complete(client: anthropic.Anthropic, config: dict[str, Any], request: Model
         if not call.stream:
             return response_of(client.messages.create(**params))
         with client.messages.stream(**params) as stream:
-            call.on_cancel(stream.close)
             for event in stream:
                 call.check()
                 if event.type == "text":

@@ -14,16 +14,15 @@ made; it is handed to the SDK and nowhere else: never logged, written or put in 
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from nexus_core.llm import SDKProvider
 
+from nexus_core import hookimpl
+
 if TYPE_CHECKING:
     from google import genai
     from nexus_core.llm import ModelCall, ModelRequest, ModelResponse
-
-    from nexus_core import Nexus
 
 PLUGIN_ID = "nexus.provider.gemini"
 PROVIDER = "gemini"
@@ -53,34 +52,30 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     name = PROVIDER
     vendor = "Gemini"
 
-    def __init__(self, nexus: Nexus) -> None:
-        super().__init__(nexus)
-        # the request a thread is sending: its HTTP response, once it comes, is what cancelling
-        # the request closes (the SDK's stream is a generator, which another thread cannot close)
-        self._sending = threading.local()
+    #: the HTTP client the SDK client sends through: ours to close (the SDK leaves it open)
+    _http_client: Any = None
 
     def config_schema(self) -> dict[str, Any]:
         return config_schema()
 
     def make_client(self) -> tuple[genai.Client, str | None]:
-        from ._generate import make_client
+        from ._generate import http_client, make_client
 
         key = self.api_key()
-        return make_client(self.config, key, on_response=self._on_response), key
+        self._http_client = http_client()
+        return make_client(self.config, key, self._http_client), key
+
+    @hookimpl
+    def nexus_shutdown(self) -> None:
+        super().nexus_shutdown()
+        client, self._http_client = self._http_client, None
+        if client is not None:
+            client.close()
 
     def send(self, client: genai.Client, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._generate import complete
 
-        self._sending.call = call
-        try:
-            return complete(client, self.config, request, call, secret=self.secret)
-        finally:
-            self._sending.call = None
-
-    def _on_response(self, response: Any) -> None:  # an httpx (or httpx2) Response
-        call = getattr(self._sending, "call", None)
-        if call is not None:
-            call.on_cancel(response.close)
+        return complete(client, self.config, request, call, secret=self.secret)
 
 
 __all__ = ["PLUGIN_ID", "PROVIDER", "GeminiProvider", "config_schema"]

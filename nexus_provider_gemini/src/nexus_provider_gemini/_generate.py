@@ -7,14 +7,14 @@ to their calls)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from google import genai
 from google.genai import errors, types
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_calls, to_provider_schemas
-from nexus_core.llm import ModelError, ModelResponse, Usage
+from nexus_core.llm import ModelError, ModelResponse, Usage, http_library, make_stoppable
 
 from nexus_core import ToolCall
 
@@ -42,16 +42,22 @@ def _failures() -> tuple[type[Exception], ...]:
     return (errors.APIError, *_http_errors("HTTPError"))
 
 
-def make_client(config: dict[str, Any], key: str | None,
-                on_response: Callable[[Any], None] | None = None) -> genai.Client:
-    """The SDK client for the config, with `key`. `on_response` sees each HTTP response as it
-    arrives, before its body is read."""
+def http_client() -> Any:
+    """The HTTP client the SDK is given: httpx2's (httpx's where it is not installed, as the SDK
+    picks), made stoppable: a cancelled `ModelCall` ends its request at once, before the first
+    byte as in the stream (`nexus_core.llm.make_stoppable`). The SDK does not close a client it
+    was given: its owner does."""
+    return make_stoppable(importlib.import_module(http_library()).Client())
+
+
+def make_client(config: dict[str, Any], key: str | None, client: Any = None) -> genai.Client:
+    """The SDK client for the config, with `key`, sending through the HTTP `client` (default:
+    `http_client()`)."""
     options: dict[str, Any] = {
         "timeout": int(float(config.get("timeout_seconds", 600)) * 1000),  # milliseconds, to the SDK
         "retry_options": types.HttpRetryOptions(attempts=int(config.get("max_retries", 2)) + 1),
+        "httpx_client": client if client is not None else http_client(),
     }
-    if on_response is not None:
-        options["client_args"] = {"event_hooks": {"response": [on_response]}}
     if config.get("base_url"):
         options["base_url"] = config["base_url"]
     if config.get("api_version"):

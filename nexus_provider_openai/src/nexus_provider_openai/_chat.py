@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 from nexus_core.adapters import format_tool_call, format_tool_result, parse_tool_call, to_provider_schemas
-from nexus_core.llm import ModelError, ModelResponse, Usage
+from nexus_core.llm import ModelError, ModelResponse, Usage, make_stoppable
 
 from nexus_core import ToolCall
 
@@ -20,11 +20,14 @@ FORMAT = "openai"
 
 
 def make_client(config: dict[str, Any], key: str | None) -> openai.OpenAI:
-    """The SDK client for the config, with `key` (None: a server that takes none)."""
+    """The SDK client for the config, with `key` (None: a server that takes none). Its HTTP
+    client, the SDK's default one, is made stoppable: a cancelled `ModelCall` ends its request
+    at once, before the first byte as in the stream (`nexus_core.llm.make_stoppable`)."""
     kwargs: dict[str, Any] = {
         "api_key": key or "unused",  # a server that takes no key still gets a header from the SDK
         "max_retries": int(config.get("max_retries", 2)),
         "timeout": float(config.get("timeout_seconds", 600)),
+        "http_client": make_stoppable(openai.DefaultHttpxClient()),
     }
     if config.get("base_url"):
         kwargs["base_url"] = config["base_url"]
@@ -136,7 +139,6 @@ def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelReques
         if config.get("stream_usage", True):
             params["stream_options"] = {"include_usage": True}
         with client.chat.completions.stream(**params) as stream:
-            call.on_cancel(stream.close)
             for event in stream:
                 call.check()
                 if event.type == "content.delta":

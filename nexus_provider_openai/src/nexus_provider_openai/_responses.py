@@ -100,7 +100,6 @@ def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelReques
         if not call.stream:
             return response_of(client.responses.create(**params))
         with client.responses.stream(**params) as stream:
-            call.on_cancel(stream.close)
             final: Response | None = None
             for event in stream:
                 call.check()
