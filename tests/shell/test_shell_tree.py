@@ -190,7 +190,7 @@ def test_the_environment_is_not_on_any_command_line(nexus_factory: NexusFactory)
     result = assert_ok(nx.invoke("shell", {"command": "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; "
                                                       "tr '\\0' ' ' < /proc/$$/cmdline; echo; echo $SERVICE_TOKEN"}))
     stdout = result.output_structured["stdout"]
-    assert " -I -S -B -c " in stdout  # the supervisor's command line (its source is on it, many lines)
+    assert " -I -S -B " in stdout and "nexus_core/_subreaper.py" in stdout  # the supervisor's command line
     assert stdout.endswith("\ns3cret-7f3a\n") and stdout.count("s3cret") == 1  # in the environment alone
 
 
