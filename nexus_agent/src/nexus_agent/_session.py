@@ -21,7 +21,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-import attrs
 from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
 from nexus_core.skills import skills_prompt
 from nexus_core.wire import converter
@@ -38,6 +37,7 @@ from ._events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from ._settings import PLUGIN_ID, Settings
 from ._transcript import Transcript
 
 if TYPE_CHECKING:
@@ -45,23 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nexus_agent")
 
-PLUGIN_ID = "nexus.agent"  # also in __init__.py
-
 #: how often a task waiting for tool calls checks whether it was interrupted
 _POLL_SECONDS = 0.05
-
-
-@attrs.frozen
-class Settings:
-    """The `plugins.nexus.agent` section (see `config_schema`)."""
-
-    max_turns: int = 20
-    max_tokens: int | None = None
-    system_prompt: str = ""
-    max_output_tokens: int = 4096
-    max_parallel_calls: int = 8
-    stream: bool = True
-    transcripts: bool = True
 
 
 def new_session_id() -> str:
