@@ -89,6 +89,11 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+def json_number(value: float) -> int | float:
+    """A setting's number as the model should read it: 60, not the 60.0 a float setting holds."""
+    return int(value) if float(value).is_integer() else value
+
+
 def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
     return {
         "type": "object",
@@ -98,8 +103,8 @@ def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
             "workdir": {"type": "string",
                         "description": "Folder to run in, relative to the workspace root (default: the root). "
                                        "Must be inside the workspace."},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": max_timeout,
-                        "default": default_timeout,
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": json_number(max_timeout),
+                        "default": json_number(default_timeout),
                         "description": f"Seconds before the command and everything it started are killed "
                                        f"(default {default_timeout:g}, at most {max_timeout:g})."},
         },
