@@ -23,7 +23,7 @@ from fakes.providers import (
 from provider_shapes import assert_shape
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ["native-tools.md", "adapters.md", "skills.md", "builtin-tools.md"]
+PAGES = ["native-tools.md", "adapters.md", "skills.md", "builtin-tools.md", "supervisor.md"]
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 

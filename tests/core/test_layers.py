@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
         "_cancel", "_content", "_converter", "_docstrings", "_errors", "_httpstop", "_markers", "_models", "_regex", "_results",
         "_schema", "_typeschema", "_yaml", "hookspecs", "adapters", "adapters._calls", "adapters._common",
         "adapters._declare", "adapters._gemini", "adapters._jsonschema", "adapters._replies", "adapters._strict",
-        "content", "terminal", "wire",
+        "content", "terminal", "wire", "supervisor", "_subreaper",
     },
     {"_hookcalls", "_plugins"},  # the plugin manager, and how it calls observer and gate hooks
     {"_config", "_llm", "_plugin", "_registry", "_tool", "_trust", "llm", "skills"},  # registry, tools, config, models

@@ -261,10 +261,8 @@ def test_a_bad_pattern_is_a_config_error_naming_the_key(nexus_factory: NexusFact
 
 
 def test_nexus_doctor_lists_the_protected_paths(nexus_factory: NexusFactory) -> None:
-    import nexus_tool_file
-
     nx = nexus_factory(plugins=["nexus.tool.file"], config={"plugins": {"nexus.tool.file": {
         "protected_paths": ["Makefile"], "allow_protected": [".vscode"]}}})
-    line = next(line for line in nexus_tool_file.nexus_doctor(nx) if line.startswith("protected paths:"))
+    line = next(line for line in nx.plugin("nexus.tool.file").nexus_doctor() if line.startswith("protected paths:"))
     assert line == ("protected paths: on, 13 rules (12 built in; 1 from protected_paths); write, edit and "
                     "apply_patch refuse to change them; 1 allowed by allow_protected (.vscode)")

@@ -132,9 +132,7 @@ def test_by_default_the_records_are_not_in_the_workspace(nexus_workspace: Path) 
 
 
 def test_nexus_doctor_lists_the_protections(files: Nexus, sessions: Path, opener: str) -> None:
-    import nexus_tool_file
-
-    lines = nexus_tool_file.nexus_doctor(files)
+    lines = files.plugin("nexus.tool.file").nexus_doctor()
     way = "openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)" if opener == "openat2" else "O_NOFOLLOW"
     assert lines[0].startswith("opening paths: beneath the workspace,") and way in lines[0]
     assert lines[1].startswith("patterns: RE2 (google-re2 ") and "linear-time" in lines[1]

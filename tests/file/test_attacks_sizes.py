@@ -128,8 +128,6 @@ def test_list_holds_only_what_it_returns(small: Nexus, nexus_workspace: Path) ->
 
 
 def test_nexus_doctor_names_the_size_limits(small: Nexus) -> None:
-    import nexus_tool_file
-
-    line = next(line for line in nexus_tool_file.nexus_doctor(small) if line.startswith("file sizes:"))
+    line = next(line for line in small.plugin("nexus.tool.file").nexus_doctor() if line.startswith("file sizes:"))
     assert line == (f"file sizes: read, edit and apply_patch take files of at most max_file_bytes={LIMIT}, write, "
                     f"edit and apply_patch make none larger; one apply_patch holds at most max_patch_bytes={3 * LIMIT}")

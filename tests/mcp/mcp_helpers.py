@@ -100,7 +100,7 @@ def _cmdline(pid: int) -> str:
 
 
 def supervisor(pid: int) -> bool:
-    """Whether `pid` is the supervisor a stdio server runs under (nexus_mcp/_reaper.py)."""
+    """Whether `pid` is the supervisor a stdio server runs under (nexus_core.supervisor)."""
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == "nexus-mcp-reap"
     except OSError:
@@ -110,7 +110,7 @@ def supervisor(pid: int) -> bool:
 def child_pids(marker: str, parent: int | None = None) -> list[int]:
     """Live MCP server processes that `parent` (this process) started, whose command line
     contains `marker`: its children, or the children of the supervisors it started (a stdio
-    server runs under one: see nexus_mcp._reaper)."""
+    server runs under one: see nexus_core.supervisor)."""
     parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():

@@ -1,6 +1,6 @@
 """Issue 21, item 9: a stopped MCP server leaves nothing.
 
-A stdio server runs under a supervisor that is its tree's subreaper (nexus_mcp/_reaper.py). Each
+A stdio server runs under a supervisor that is its tree's subreaper (nexus_core.supervisor). Each
 attack is a real server (servers/fixture_server.py) whose child left the process group the SDK
 stops — `setsid`, `setpgid`, a daemon's double fork — and ignores SIGTERM. However the server
 ends (the Nexus closes, the server crashes, it ignores stdin and SIGTERM itself, the host dies),
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 from mcp_helpers import alive, fixture_server, log_folder, mcp_config, wait_for
-from nexus_mcp._reaper import supervision_unavailable
+from nexus_core.supervisor import why_unavailable
 
 from nexus_core import Nexus
 
-pytestmark = pytest.mark.skipif(supervision_unavailable() is not None,
-                                reason=f"no subreaper here: {supervision_unavailable()}")
+pytestmark = pytest.mark.skipif(why_unavailable() is not None, reason=f"no subreaper here: {why_unavailable()}")
 
 KINDS = ("setsid", "setpgid", "daemon")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nexus_core import Ask, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl
+from nexus_core import Ask, ConfigError, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 
 NEXUS_CLI = Path(sys.executable).parent / "nexus"
@@ -245,12 +245,17 @@ def test_timeout_above_the_configured_maximum_is_refused(nexus_factory: NexusFac
     assert_error(nx.invoke("shell", {"command": "true", "timeout": 60}), "timeout", kind="invalid_arguments")
 
 
-def test_a_default_timeout_above_the_maximum_is_reported_as_a_plugin_failure(nexus_factory: NexusFactory) -> None:
-    nx = nexus_factory(plugins=["nexus.tool.shell"],
-                       config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 9}}},
-                       allow_failures=True)
-    assert nx.tool("shell") is None
-    assert any(f.name == "nexus.tool.shell" and "max_timeout_seconds" in f.error for f in nx.failures)
+def test_a_default_timeout_above_the_maximum_is_a_config_error_naming_the_key(nexus_factory: NexusFactory) -> None:
+    with pytest.raises(ConfigError) as info:
+        nexus_factory(plugins=["nexus.tool.shell"],
+                      config={"plugins": {"nexus.tool.shell": {"max_timeout_seconds": 5, "timeout_seconds": 9}}})
+    assert info.value.problems == ["plugins.nexus.tool.shell.timeout_seconds: 9 is more than max_timeout_seconds (5)"]
+
+
+def test_a_shell_that_is_not_there_is_a_config_error_naming_the_key(nexus_factory: NexusFactory) -> None:
+    with pytest.raises(ConfigError) as info:
+        nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"shell": "no-such-sh"}}})
+    assert info.value.problems == ["plugins.nexus.tool.shell.shell: cannot find 'no-such-sh'"]
 
 
 # -- output cap -----------------------------------------------------------------------------
@@ -314,13 +319,11 @@ def test_a_session_folder_put_inside_the_workspace_is_refused_as_workdir(
 
 def test_nexus_doctor_warns_of_a_session_folder_inside_the_workspace(
         nexus_factory: NexusFactory, nexus_workspace: Path, tmp_path: Path) -> None:
-    import nexus_tool_shell
-
     inside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(nexus_workspace / "s")})
-    assert nexus_tool_shell.nexus_doctor(inside)[-1].startswith(
+    assert inside.plugin("nexus.tool.shell").nexus_doctor()[-1].startswith(
         f"warning: the session folder ({nexus_workspace / 's'}) is inside the workspace")
     outside = nexus_factory(plugins=["nexus.tool.shell"], config={"session_dir": str(tmp_path / "elsewhere")})
-    assert [line for line in nexus_tool_shell.nexus_doctor(outside) if line.startswith("warning")] == []
+    assert [line for line in outside.plugin("nexus.tool.shell").nexus_doctor() if line.startswith("warning")] == []
 
 
 def test_a_session_folder_that_is_the_workspace_refuses_every_command(

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError
 
+from ._settings import PLUGIN_ID
+
 if TYPE_CHECKING:
     from nexus_core import Nexus
 
-    from . import AgentPlugin
     from ._events import AgentResult
+    from ._plugin import AgentPlugin
     from ._session import Session
 
-PLUGIN_ID = "nexus.agent"
 EXIT_INTERRUPTED = 130
 
 _model_option = click.option(

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
 
-import attrs
 from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
 from nexus_core.skills import skills_prompt
 from nexus_core.wire import converter
@@ -38,6 +37,7 @@ from ._events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from ._settings import PLUGIN_ID, Settings
 from ._transcript import Transcript
 
 if TYPE_CHECKING:
@@ -45,26 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nexus_agent")
 
-PLUGIN_ID = "nexus.agent"  # also in __init__.py
-
 #: how often a task waiting for tool calls checks whether it was interrupted
 _POLL_SECONDS = 0.05
 #: the reason a person's interrupt gives the task's token (the shell's result quotes it)
 INTERRUPTED = "interrupted by the user"
-
-
-@attrs.frozen
-class Settings:
-    """The `plugins.nexus.agent` section (see `config_schema`)."""
-
-    max_turns: int = 20
-    max_tokens: int | None = None
-    system_prompt: str = ""
-    max_output_tokens: int = 4096
-    max_parallel_calls: int = 8
-    stream: bool = True
-    transcripts: bool = True
-    stop_grace_seconds: float = 10.0
 
 
 def new_session_id() -> str:

@@ -65,6 +65,17 @@ CORE_SCHEMA: dict[str, Any] = {
 }
 
 
+def split_model(spec: str) -> tuple[str, str]:
+    """`"openai:gpt-4.1"` -> `("openai", "gpt-4.1")`. The provider is what comes before the first
+    colon, so a model name may hold colons of its own (`"openai:llama3:8b"` on a local server).
+    Raises ValueError for a spec without a provider or a model."""
+    provider, sep, model = spec.partition(":")
+    if not sep or not provider.strip() or not model.strip():
+        raise ValueError(f"model {spec!r} is not provider:model (for example openai:gpt-4.1 or "
+                         "anthropic:claude-sonnet-4-5)")
+    return provider.strip(), model.strip()
+
+
 @functools.cache
 def _core_validator() -> Validator:
     return compile_schema(CORE_SCHEMA)
@@ -355,8 +366,6 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None, *
 
     data = apply_defaults(CORE_SCHEMA, data)
     if data["model"] is not None:
-        from ._llm import split_model
-
         try:
             split_model(data["model"])
         except ValueError as exc:

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 import attrs
 
 from ._cancel import CancelToken
+from ._config import split_model
 from ._errors import describe_exception
 from ._hookcalls import GateRules, quoted
 from ._httpstop import RequestCancelled, stopping
 from ._markers import hookimpl
 from ._models import JSONObject, ToolCall, ToolDef, ToolResult
+from ._plugin import Plugin, settings_schema
 
 if TYPE_CHECKING:
     from ._nexus import Nexus
@@ -39,17 +41,6 @@ ModelErrorKind = Literal["unknown_provider", "vetoed", "cancelled", "failed"]
 
 def _new_request_id() -> str:
     return "req_" + os.urandom(12).hex()
-
-
-def split_model(spec: str) -> tuple[str, str]:
-    """`"openai:gpt-4.1"` -> `("openai", "gpt-4.1")`. The provider is what comes before the first
-    colon, so a model name may hold colons of its own (`"openai:llama3:8b"` on a local server).
-    Raises ValueError for a spec without a provider or a model."""
-    provider, sep, model = spec.partition(":")
-    if not sep or not provider.strip() or not model.strip():
-        raise ValueError(f"model {spec!r} is not provider:model (for example openai:gpt-4.1 or "
-                         "anthropic:claude-sonnet-4-5)")
-    return provider.strip(), model.strip()
 
 
 @attrs.frozen
@@ -195,17 +186,23 @@ class ModelProvider(Protocol):
 ClientT = TypeVar("ClientT")
 
 
-class SDKProvider(Generic[ClientT]):
+class SDKProvider(Plugin[Any], Generic[ClientT]):
     """A base for a provider plugin on a vendor's SDK: the plugin object of one Nexus (name the
     subclass in the `nexus.plugins` entry point), configured from its own `plugins.<id>` section,
     registering itself as the provider `name`, with one SDK client made at its first request (so
     `nexus tools` works without an API key), under a lock, and closed at shutdown.
 
-    A subclass sets `NEXUS_PLUGIN_ID`, `name` (and `vendor`), and implements `config_schema()`
-    (its section's JSON Schema), `make_client()` (the client for `self.config`, and the secret it
-    holds, which errors must be scrubbed of; None when there is none: `api_key()` reads the key
-    the config's `api_key_env` names) and `send(client, request, call)`. The
-    `nexus.provider.openai` and `nexus.provider.anthropic` plugins are two such subclasses.
+    A subclass sets `NEXUS_PLUGIN_ID`, `name` (and `vendor`), and implements `make_client()`
+    (the client for its settings, and the secret it holds, which errors must be scrubbed of;
+    None when there is none: `api_key()` reads the key the `api_key_env` setting names) and
+    `send(client, request, call)`. Its settings are those of any plugin, an attrs class named
+    beside the client's type, from which the schema is derived:
+
+        class AcmeProvider(SDKProvider["acme.Client"], Plugin[AcmeSettings]): ...
+
+    `self.settings` is then an `AcmeSettings`. (A subclass may instead write the schema itself,
+    in `config_schema()`, and read the checked section from `self.config`.) The
+    `nexus.provider.openai`, `.anthropic` and `.gemini` plugins are three such subclasses.
     """
 
     NEXUS_PLUGIN_ID: ClassVar[str]
@@ -214,15 +211,17 @@ class SDKProvider(Generic[ClientT]):
     vendor: ClassVar[str] = ""
 
     def __init__(self, nexus: Nexus) -> None:
-        self.nexus = nexus
-        #: the validated section of this plugin, defaults applied
+        super().__init__(nexus)
+        #: the checked section of this plugin, defaults applied, as a dict
         self.config: dict[str, Any] = {}
         self._client: ClientT | None = None
         self._secret: str | None = None
         self._lock = threading.Lock()
 
-    def config_schema(self) -> dict[str, Any]:
-        raise NotImplementedError
+    def config_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the plugin's section: derived from its settings class (None: it
+        takes no settings). A subclass without a settings class returns its own."""
+        return settings_schema(self.settings_class) if self.settings_class is not None else None
 
     def make_client(self) -> tuple[ClientT, str | None]:
         raise NotImplementedError
@@ -249,12 +248,13 @@ class SDKProvider(Generic[ClientT]):
         return self._secret
 
     @hookimpl
-    def nexus_config_schema(self) -> dict[str, Any]:
+    def nexus_config_schema(self) -> dict[str, Any] | None:
         return self.config_schema()
 
     @hookimpl
     def nexus_configure(self, config: dict[str, Any]) -> None:
         self.config = dict(config)
+        super().nexus_configure(config)
 
     @hookimpl
     def nexus_register_providers(self, register: Callable[[Any], Any]) -> None:

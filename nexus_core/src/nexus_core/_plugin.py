@@ -34,6 +34,7 @@ import attrs
 
 from ._config import ConfigError
 from ._markers import hookimpl
+from ._schema import format_path
 from ._typeschema import resolve_attrs_types, schema_for_type
 
 if TYPE_CHECKING:
@@ -42,34 +43,38 @@ if TYPE_CHECKING:
 SettingsT = TypeVar("SettingsT")
 
 
-class SettingError(ConfigError):
+class SettingError(ConfigError, ValueError):
     """A setting that is wrong in a way its schema cannot say (one setting against another, a
-    variable it names that is not set): `key` is its path in the plugin's section ("max_size",
-    or ("limits", "max")). Raised from a settings class (or a plugin's configuring), Nexus
-    reports it as `plugins.<id>.<key>: <message>` with the config file's line."""
+    variable it names that is not set, a list entry that does not parse): `key` is its path in
+    the plugin's section ("max_size", ("limits", "max"), or ("allow_hosts", 2) for a list's
+    third entry). Raised from a settings class (or a plugin's `configure`), Nexus reports it as
+    `plugins.<id>.<key>: <message>` with the config file's line. It is a ValueError too, for
+    code that builds a settings class by hand."""
 
-    def __init__(self, key: str | Sequence[str], message: str) -> None:
-        self.key: tuple[str, ...] = (key,) if isinstance(key, str) else tuple(key)
+    def __init__(self, key: str | Sequence[str | int], message: str) -> None:
+        self.key: tuple[str | int, ...] = (key,) if isinstance(key, str) else tuple(key)
         self.message = message
-        super().__init__([f"{'.'.join(self.key) or '(the section)'}: {message}"])
+        super().__init__([f"{format_path(self.key) or '(the section)'}: {message}"])
 
     def problem_in(self, plugin_id: str) -> tuple[tuple[str, ...], str]:
         """(the key's path in the whole config, the problem's text) for the plugin `plugin_id`."""
-        path = ("plugins", plugin_id, *self.key)
-        return path, f"plugins.{'.'.join((plugin_id, *self.key))}: {self.message}"
+        path = ("plugins", plugin_id, *map(str, self.key))
+        return path, f"{format_path(self.key, f'plugins.{plugin_id}')}: {self.message}"
 
 
 def setting(default: Any = attrs.NOTHING, *, factory: Callable[[], Any] | None = None, description: str = "",
             **schema: Any) -> Any:
-    """A field of a settings class: its default (or `factory` for a mutable one), what it is for
-    (`description`, shown in the schema), and JSON Schema keywords the type cannot say
-    (`minimum=1`, `pattern="^[a-z]+$"`, `enum=[...]`), checked with the config's other rules."""
+    """A field of a settings class: its default (or `factory` for a mutable one, whose value the
+    schema shows as the default too), what it is for (`description`, shown in the schema), and
+    JSON Schema keywords the type cannot say (`minimum=1`, `pattern="^[a-z]+$"`, `enum=[...]`),
+    checked with the config's other rules."""
     metadata: dict[str, Any] = {}
     if description:
         metadata["description"] = description
     if schema:
         metadata["schema"] = schema
     if factory is not None:
+        metadata["default_from_factory"] = True
         return attrs.field(factory=factory, metadata=metadata)
     return attrs.field(default=default, metadata=metadata)
 
@@ -128,8 +133,8 @@ class Plugin(Generic[SettingsT]):
         for base in getattr(cls, "__orig_bases__", ()):
             if typing.get_origin(base) is Plugin:
                 (declared,) = typing.get_args(base)
-                if isinstance(declared, TypeVar):
-                    continue  # a generic subclass: its own subclasses name the class
+                if isinstance(declared, TypeVar) or declared is Any:
+                    continue  # a generic subclass (SDKProvider): its own subclasses name the class
                 if declared is None or declared is type(None):  # Plugin[None]: takes no settings
                     cls.settings_class = None
                     continue

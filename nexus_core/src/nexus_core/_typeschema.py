@@ -219,6 +219,11 @@ def _attrs_schema(cls: type, seen: tuple[type, ...], localns: Mapping[str, Any] 
             ok, value = json_value(field.default)
             if ok:
                 sub = {**sub, "default": value}
+        elif field.metadata.get("default_from_factory") and not field.default.takes_self:
+            # a settings field's `setting(factory=...)`: its value is the default a user sees
+            ok, value = json_value(field.default.factory())
+            if ok:
+                sub = {**sub, "default": value}
         props[key] = sub
     schema: dict[str, Any] = {"type": "object", "properties": props}
     if required:

@@ -5,6 +5,7 @@ Every request goes through `Nexus.complete(request)`: the request gates, the pro
 `request.provider` names, the response observers. See docs/agent.md.
 """
 
+from ._config import split_model
 from ._httpstop import RequestCancelled, http_library, make_stoppable, stopping
 from ._llm import (
     Message,
@@ -16,7 +17,6 @@ from ._llm import (
     ModelResponse,
     SDKProvider,
     Usage,
-    split_model,
 )
 
 __all__ = [

@@ -27,9 +27,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from nexus_core.plugins import describe_exception
+from nexus_core.supervisor import supervised_command, why_unavailable
 
 from ._config import ServerConfig
-from ._reaper import supervised, supervision_unavailable
 
 log = logging.getLogger("nexus_mcp")
 
@@ -40,6 +40,12 @@ MAX_LOG_BYTES = 1 << 20
 #: how long stopping one run may take: the SDK closes stdin, waits 2 s, sends SIGTERM to the
 #: process group, waits 2 s more, then SIGKILL
 STOP_SECONDS = 8.0
+#: how long a stdio server has between the SIGTERM its supervisor passes on and the kill of its
+#: whole tree: the SDK sends SIGTERM, and SIGKILL 2 s later (FORCE_KILL_TIMEOUT), by when the
+#: tree must be gone
+TERM_GRACE_SECONDS = 1.0
+#: what `ps -e` and `top` show for a stdio server's supervisor
+SUPERVISOR_NAME = "nexus-mcp-reap"
 
 Listing = Callable[["ServerConnection", list[types.Tool]], Awaitable[None]]
 
@@ -231,9 +237,14 @@ class ServerConnection:
         if config.transport == "stdio":
             errlog = stack.enter_context(self._open_log())
             command, args = config.command, list(config.args)
-            if supervision_unavailable() is None:  # its whole process tree ends with it (see _reaper)
+            if why_unavailable() is None:  # its whole process tree ends with it (docs/supervisor.md)
+                # below a subreaper that the SDK starts in the server's place: the server keeps its
+                # stdio, environment and folder, stays in the process group the SDK stops, and the
+                # supervisor passes the SDK's SIGTERM on (or the host's death), then kills its tree
                 path = config.env.get("PATH", os.environ.get("PATH"))
-                command, args = supervised(command, args, config.cwd, path)
+                command, *args = supervised_command(
+                    [command, *args], cwd=config.cwd, path=path, name=SUPERVISOR_NAME, log="the MCP server",
+                    grace_seconds=TERM_GRACE_SECONDS)
             params = StdioServerParameters(command=command, args=args, env=config.env or None, cwd=config.cwd)
             transport: Any = stdio_client(params, errlog=errlog)
         else:

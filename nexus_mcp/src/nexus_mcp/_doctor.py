@@ -3,12 +3,13 @@ one line each, whether or not any server is configured."""
 
 from __future__ import annotations
 
+from nexus_core.supervisor import why_unavailable
+
 from ._http_security import MIN_TOKEN_LENGTH, TOKEN_ENV
-from ._reaper import supervision_unavailable
 
 
 def protections() -> list[str]:
-    why = supervision_unavailable()
+    why = why_unavailable()
     tree = ("stdio servers' processes: each server runs under a subreaper (nexus-mcp-reap), so its whole process "
             "tree ends with it, children that left its process group included"
             if why is None else

@@ -15,24 +15,26 @@ from nexus_core import ToolCall
 if TYPE_CHECKING:
     from nexus_core.llm import Message, ModelCall, ModelRequest
 
+    from ._settings import Settings
+
 FORMAT = "anthropic"
 #: Anthropic requires an output limit; used when the request sets none
 DEFAULT_MAX_TOKENS = 4096
 
 
-def make_client(config: dict[str, Any], key: str | None) -> anthropic.Anthropic:
-    """The SDK client for the config, with `key`. Its HTTP client, the SDK's default one (TCP
+def make_client(settings: Settings, key: str | None) -> anthropic.Anthropic:
+    """The SDK client for the settings, with `key`. Its HTTP client, the SDK's default one (TCP
     keep-alive, proxies from the environment), is made stoppable: a cancelled `ModelCall` ends
     its request at once, before the first byte as in the stream
     (`nexus_core.llm.make_stoppable`)."""
     kwargs: dict[str, Any] = {
         "api_key": key,
-        "max_retries": int(config.get("max_retries", 2)),
-        "timeout": float(config.get("timeout_seconds", 600)),
+        "max_retries": settings.max_retries,
+        "timeout": float(settings.timeout_seconds),
         "http_client": make_stoppable(anthropic.DefaultHttpxClient()),
     }
-    if config.get("base_url"):
-        kwargs["base_url"] = config["base_url"]
+    if settings.base_url:
+        kwargs["base_url"] = settings.base_url
     return anthropic.Anthropic(**kwargs)
 
 
@@ -93,15 +95,15 @@ def _body_message(body: object) -> str | None:
     return None
 
 
-def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> ModelError:
+def failure(exc: Exception, settings: Settings, secret: str | None) -> ModelError:
     """An SDK exception as a ModelError whose message says what a person can do about it."""
-    where = config.get("base_url") or "the Anthropic API"
+    where = settings.base_url or "the Anthropic API"
     if isinstance(exc, anthropic.APIStatusError):
         text = f"Anthropic request failed: HTTP {exc.status_code}: {_body_message(exc.body) or exc.message}"
         if exc.status_code in (401, 403):
-            text += f" (check the key in ${config.get('api_key_env', 'ANTHROPIC_API_KEY')})"
+            text += f" (check the key in ${settings.api_key_env})"
     elif isinstance(exc, anthropic.APITimeoutError):
-        text = f"Anthropic request timed out (timeout_seconds: {config.get('timeout_seconds', 600):g}) at {where}"
+        text = f"Anthropic request timed out (timeout_seconds: {settings.timeout_seconds:g}) at {where}"
     elif isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         text = f"cannot reach {where}: {type(cause).__name__ + ': ' if cause else ''}{cause or exc.message}"
@@ -146,7 +148,7 @@ def cache_breakpoints(params: dict[str, Any]) -> None:
             last["content"] = [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]
 
 
-def complete(client: anthropic.Anthropic, config: dict[str, Any], request: ModelRequest, call: ModelCall,
+def complete(client: anthropic.Anthropic, settings: Settings, request: ModelRequest, call: ModelCall,
              secret: str | None = None, tool_settings: dict[str, dict[str, Any]] | None = None) -> ModelResponse:
     params: dict[str, Any] = {
         "model": request.model,
@@ -157,7 +159,7 @@ def complete(client: anthropic.Anthropic, config: dict[str, Any], request: Model
         params["system"] = request.system
     if request.tools:
         params["tools"] = to_provider_schemas(request.tools, FORMAT, **tool_options(request, tool_settings or {}))
-    if config.get("prompt_caching", True):
+    if settings.prompt_caching:
         cache_breakpoints(params)
     try:
         if not call.stream:
@@ -174,4 +176,4 @@ def complete(client: anthropic.Anthropic, config: dict[str, Any], request: Model
     except anthropic.AnthropicError as exc:
         if call.cancelled:
             raise ModelError("the model request was cancelled", "cancelled") from None
-        raise failure(exc, config, secret) from None
+        raise failure(exc, settings, secret) from None

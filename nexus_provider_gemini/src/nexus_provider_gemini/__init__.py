@@ -10,6 +10,7 @@ plugins:
 
 The API key is read from the environment variable `api_key_env` names, when the first request is
 made; it is handed to the SDK and nowhere else: never logged, written or put in an error message.
+The plugin is `GeminiProvider`, its settings `Settings`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nexus_core.llm import SDKProvider
+from nexus_core.plugins import Plugin
+
+from ._settings import Settings
 
 from nexus_core import hookimpl
 
@@ -28,42 +32,23 @@ PLUGIN_ID = "nexus.provider.gemini"
 PROVIDER = "gemini"
 
 
-def config_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "base_url": {"type": ["string", "null"], "default": None,
-                         "description": "the API's base URL (default: the SDK's, or $GOOGLE_GEMINI_BASE_URL)"},
-            "api_version": {"type": ["string", "null"], "pattern": "^v[0-9a-z]+$", "default": None,
-                            "description": "the API version in the URL (default: the SDK's, v1beta)"},
-            "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-                            "default": "GEMINI_API_KEY",
-                            "description": "the environment variable holding the API key"},
-            "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600},
-            "max_retries": {"type": "integer", "minimum": 0, "default": 2},
-        },
-    }
-
-
-class GeminiProvider(SDKProvider["genai.Client"]):
+class GeminiProvider(SDKProvider["genai.Client"], Plugin[Settings]):
     """The plugin object of one Nexus, and the provider it registers (`name` "gemini")."""
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
     name = PROVIDER
     vendor = "Gemini"
+    settings: Settings
 
     #: the HTTP client the SDK client sends through: ours to close (the SDK leaves it open)
     _http_client: Any = None
-
-    def config_schema(self) -> dict[str, Any]:
-        return config_schema()
 
     def make_client(self) -> tuple[genai.Client, str | None]:
         from ._generate import http_client, make_client
 
         key = self.api_key()
         self._http_client = http_client()
-        return make_client(self.config, key, self._http_client), key
+        return make_client(self.settings, key, self._http_client), key
 
     @hookimpl
     def nexus_shutdown(self) -> None:
@@ -75,7 +60,7 @@ class GeminiProvider(SDKProvider["genai.Client"]):
     def send(self, client: genai.Client, request: ModelRequest, call: ModelCall) -> ModelResponse:
         from ._generate import complete
 
-        return complete(client, self.config, request, call, secret=self.secret)
+        return complete(client, self.settings, request, call, secret=self.secret)
 
 
-__all__ = ["PLUGIN_ID", "PROVIDER", "GeminiProvider", "config_schema"]
+__all__ = ["PLUGIN_ID", "PROVIDER", "GeminiProvider", "Settings"]

@@ -21,6 +21,8 @@ from nexus_core import ToolCall
 if TYPE_CHECKING:
     from nexus_core.llm import Message, ModelCall, ModelRequest
 
+    from ._settings import Settings
+
 FORMAT = "gemini"
 
 
@@ -50,18 +52,18 @@ def http_client() -> Any:
     return make_stoppable(importlib.import_module(http_library()).Client())
 
 
-def make_client(config: dict[str, Any], key: str | None, client: Any = None) -> genai.Client:
-    """The SDK client for the config, with `key`, sending through the HTTP `client` (default:
+def make_client(settings: Settings, key: str | None, client: Any = None) -> genai.Client:
+    """The SDK client for the settings, with `key`, sending through the HTTP `client` (default:
     `http_client()`)."""
     options: dict[str, Any] = {
-        "timeout": int(float(config.get("timeout_seconds", 600)) * 1000),  # milliseconds, to the SDK
-        "retry_options": types.HttpRetryOptions(attempts=int(config.get("max_retries", 2)) + 1),
+        "timeout": int(float(settings.timeout_seconds) * 1000),  # milliseconds, to the SDK
+        "retry_options": types.HttpRetryOptions(attempts=settings.max_retries + 1),
         "httpx_client": client if client is not None else http_client(),
     }
-    if config.get("base_url"):
-        options["base_url"] = config["base_url"]
-    if config.get("api_version"):
-        options["api_version"] = config["api_version"]
+    if settings.base_url:
+        options["base_url"] = settings.base_url
+    if settings.api_version:
+        options["api_version"] = settings.api_version
     # vertexai=False: the Gemini API with this key, whatever GOOGLE_GENAI_USE_VERTEXAI says
     return genai.Client(api_key=key, vertexai=False, http_options=types.HttpOptions(**options))
 
@@ -175,15 +177,15 @@ def response_of(chunks: Iterable[types.GenerateContentResponse], call: ModelCall
     return reply.response()
 
 
-def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> ModelError:
+def failure(exc: Exception, settings: Settings, secret: str | None) -> ModelError:
     """An SDK or transport exception as a ModelError whose message says what a person can do."""
-    where = config.get("base_url") or "the Gemini API"
+    where = settings.base_url or "the Gemini API"
     if isinstance(exc, errors.APIError):
         text = f"Gemini request failed: HTTP {exc.code}: {exc.message or exc.status or 'no message'}"
         if exc.code in (401, 403) or "API key" in (exc.message or ""):
-            text += f" (check the key in ${config.get('api_key_env', 'GEMINI_API_KEY')})"
+            text += f" (check the key in ${settings.api_key_env})"
     elif isinstance(exc, _http_errors("TimeoutException")):
-        text = f"Gemini request timed out (timeout_seconds: {config.get('timeout_seconds', 600):g}) at {where}"
+        text = f"Gemini request timed out (timeout_seconds: {settings.timeout_seconds:g}) at {where}"
     elif isinstance(exc, _http_errors("TransportError")):
         text = f"cannot reach {where}: {type(exc).__name__}: {exc}"
     else:
@@ -193,7 +195,7 @@ def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> Model
     return ModelError(text)
 
 
-def complete(client: genai.Client, config: dict[str, Any], request: ModelRequest, call: ModelCall,
+def complete(client: genai.Client, settings: Settings, request: ModelRequest, call: ModelCall,
              secret: str | None = None) -> ModelResponse:
     params: dict[str, Any] = {"model": request.model, "contents": contents(request),
                               "config": _config(request)}
@@ -208,4 +210,4 @@ def complete(client: genai.Client, config: dict[str, Any], request: ModelRequest
     except _failures() as exc:
         if call.cancelled:
             raise ModelError("the model request was cancelled", "cancelled") from None
-        raise failure(exc, config, secret) from None
+        raise failure(exc, settings, secret) from None

@@ -16,21 +16,23 @@ if TYPE_CHECKING:
     from nexus_core.llm import Message, ModelCall, ModelRequest
     from openai.types.chat import ChatCompletion
 
+    from ._settings import Settings
+
 FORMAT = "openai"
 
 
-def make_client(config: dict[str, Any], key: str | None) -> openai.OpenAI:
-    """The SDK client for the config, with `key` (None: a server that takes none). Its HTTP
+def make_client(settings: Settings, key: str | None) -> openai.OpenAI:
+    """The SDK client for the settings, with `key` (None: a server that takes none). Its HTTP
     client, the SDK's default one, is made stoppable: a cancelled `ModelCall` ends its request
     at once, before the first byte as in the stream (`nexus_core.llm.make_stoppable`)."""
     kwargs: dict[str, Any] = {
         "api_key": key or "unused",  # a server that takes no key still gets a header from the SDK
-        "max_retries": int(config.get("max_retries", 2)),
-        "timeout": float(config.get("timeout_seconds", 600)),
+        "max_retries": settings.max_retries,
+        "timeout": float(settings.timeout_seconds),
         "http_client": make_stoppable(openai.DefaultHttpxClient()),
     }
-    if config.get("base_url"):
-        kwargs["base_url"] = config["base_url"]
+    if settings.base_url:
+        kwargs["base_url"] = settings.base_url
     return openai.OpenAI(**kwargs)
 
 
@@ -107,15 +109,15 @@ def _body_message(body: object) -> str | None:
     return None
 
 
-def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> ModelError:
+def failure(exc: Exception, settings: Settings, secret: str | None) -> ModelError:
     """An SDK exception as a ModelError whose message says what a person can do about it."""
-    where = config.get("base_url") or "the OpenAI API"
+    where = settings.base_url or "the OpenAI API"
     if isinstance(exc, openai.APIStatusError):
         text = f"OpenAI request failed: HTTP {exc.status_code}: {_body_message(exc.body) or exc.message}"
         if exc.status_code in (401, 403):
-            text += f" (check the key in ${config.get('api_key_env') or '(none configured)'})"
+            text += f" (check the key in ${settings.api_key_env or '(none configured)'})"
     elif isinstance(exc, openai.APITimeoutError):
-        text = f"OpenAI request timed out (timeout_seconds: {config.get('timeout_seconds', 600):g}) at {where}"
+        text = f"OpenAI request timed out (timeout_seconds: {settings.timeout_seconds:g}) at {where}"
     elif isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         text = f"cannot reach {where}: {type(cause).__name__ + ': ' if cause else ''}{cause or exc.message}"
@@ -126,17 +128,17 @@ def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> Model
     return ModelError(text)
 
 
-def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelRequest, call: ModelCall,
+def complete(client: openai.OpenAI, settings: Settings, request: ModelRequest, call: ModelCall,
              secret: str | None = None) -> ModelResponse:
     params: dict[str, Any] = {"model": request.model, "messages": messages(request)}
     if request.tools:
         params["tools"] = to_provider_schemas(request.tools, FORMAT)
     if request.max_output_tokens is not None:
-        params[config.get("max_tokens_parameter", "max_completion_tokens")] = request.max_output_tokens
+        params[settings.max_tokens_parameter] = request.max_output_tokens
     try:
         if not call.stream:
             return response_of(client.chat.completions.create(**params))
-        if config.get("stream_usage", True):
+        if settings.stream_usage:
             params["stream_options"] = {"include_usage": True}
         with client.chat.completions.stream(**params) as stream:
             for event in stream:
@@ -152,4 +154,4 @@ def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelReques
     except openai.OpenAIError as exc:
         if call.cancelled:
             raise ModelError("the model request was cancelled", "cancelled") from None
-        raise failure(exc, config, secret) from None
+        raise failure(exc, settings, secret) from None

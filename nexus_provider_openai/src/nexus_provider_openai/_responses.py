@@ -3,7 +3,7 @@ or not) as a `ModelResponse`. Tool declarations, calls and results go through
 `nexus_core.adapters` ("openai-responses").
 
 The conversation is sent whole each turn, as with Chat Completions: nothing depends on the
-server keeping state (`store` is the config's, off by default), so any turn can go to any
+server keeping state (`store` is a setting, off by default), so any turn can go to any
 replica or be replayed from a transcript. A call goes back without its item id (which would
 refer to an item the server may not have kept, and to reasoning this loop does not send back);
 its `call_id` pairs it with its output.
@@ -24,6 +24,8 @@ from ._chat import failure
 if TYPE_CHECKING:
     from nexus_core.llm import Message, ModelCall, ModelRequest
     from openai.types.responses import Response
+
+    from ._settings import Settings
 
 FORMAT = "openai-responses"
 
@@ -86,10 +88,9 @@ def response_of(response: Response) -> ModelResponse:
                          stop_reason=stop, model=response.model or "", id=response.id)
 
 
-def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelRequest, call: ModelCall,
+def complete(client: openai.OpenAI, settings: Settings, request: ModelRequest, call: ModelCall,
              secret: str | None = None) -> ModelResponse:
-    params: dict[str, Any] = {"model": request.model, "input": input_items(request),
-                              "store": bool(config.get("store", False))}
+    params: dict[str, Any] = {"model": request.model, "input": input_items(request), "store": settings.store}
     if request.system:
         params["instructions"] = request.system
     if request.tools:
@@ -116,7 +117,7 @@ def complete(client: openai.OpenAI, config: dict[str, Any], request: ModelReques
     except openai.OpenAIError as exc:
         if call.cancelled:
             raise ModelError("the model request was cancelled", "cancelled") from None
-        raise failure(exc, config, secret) from None
+        raise failure(exc, settings, secret) from None
 
 
 __all__ = ["FORMAT", "complete", "input_items", "response_of"]

@@ -19,7 +19,10 @@ it; `..`, absolute paths outside it and symlinks that lead out are refused, and 
 opened beneath the workspace in one step (no check-then-open race). Files that configure
 programs run on the host (`.git/`, `.envrc`, `.vscode/`, `nexus.yaml`, ...) are not changed
 (see _protect), and no file larger than the limits is read whole, built or written. Patterns are
-matched by RE2, in linear time. See docs/tool-file.md.
+matched by RE2, in linear time.
+
+The plugin is `FilePlugin`, its settings `Settings` (the schema of its config section is derived
+from that class). See docs/tool-file.md.
 """
 
 from __future__ import annotations
@@ -27,32 +30,41 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nexus_core.plugins import Plugin
+
 from nexus_core import hookimpl
 
-from ._settings import CONFIG_SCHEMA
+from ._settings import Settings
 
 if TYPE_CHECKING:
-    from nexus_core import Nexus
+    from ._paths import Workspace
+
+__all__ = ["PLUGIN_ID", "FilePlugin", "Settings"]
 
 PLUGIN_ID = "nexus.tool.file"
 
 
-@hookimpl
-def nexus_config_schema() -> dict[str, Any]:
-    return CONFIG_SCHEMA
+class FilePlugin(Plugin[Settings]):
+    """The plugin object of one Nexus (the entry point names this class): its settings, and the
+    workspace its tools are confined to, with the paths they may not change."""
 
+    NEXUS_PLUGIN_ID = PLUGIN_ID
 
-@hookimpl
-def nexus_doctor(nexus: Nexus) -> list[str]:
-    """How paths are opened and patterns matched here, where the session folder lies, which paths
-    are protected and how large a file the tools take."""
-    from ._tools import doctor_lines
+    def configure(self) -> None:
+        from ._tools import workspace_of  # here, not at import: `nexus --help` imports this module
 
-    return doctor_lines(nexus)
+        self.workspace: Workspace = workspace_of(self.nexus, self.settings)
 
+    @hookimpl
+    def nexus_doctor(self) -> list[str]:
+        """How paths are opened and patterns matched here, where the session folder lies, which
+        paths are protected and how large a file the tools take."""
+        from ._tools import doctor_lines
 
-@hookimpl
-def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    from ._tools import register_tools  # here, not at import: `nexus --help` imports this module
+        return doctor_lines(self.nexus, self.settings, self.workspace)
 
-    register_tools(register, nexus)
+    @hookimpl
+    def nexus_register_tools(self, register: Callable[..., Any]) -> None:
+        from ._tools import register_tools
+
+        register_tools(register, self.settings, self.workspace)

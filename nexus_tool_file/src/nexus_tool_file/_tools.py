@@ -88,11 +88,9 @@ def workspace_of(nexus: Nexus, settings: Settings) -> Workspace:
     return Workspace.at(root, nexus.config.session_dir, protection)
 
 
-def doctor_lines(nexus: Nexus) -> list[str]:
+def doctor_lines(nexus: Nexus, settings: Settings, workspace: Workspace) -> list[str]:
     """How paths are opened and patterns matched here, where the session folder lies, which
     paths are protected and how big a file the tools take."""
-    settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = workspace_of(nexus, settings)
     assert workspace.protection is not None
     session = nexus.config.session_dir
     inside = os.path.realpath(session) == str(workspace.root) or Path(os.path.realpath(session)).is_relative_to(
@@ -112,9 +110,7 @@ def doctor_lines(nexus: Nexus) -> list[str]:
     ]
 
 
-def register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    settings = Settings.from_config(nexus.plugin_config(PLUGIN_ID))
-    workspace = workspace_of(nexus, settings)
+def register_tools(register: Callable[..., Any], settings: Settings, workspace: Workspace) -> None:
     for name, handler, description, input_schema, output_schema, writes in TOOLS:
         if writes and settings.read_only:
             continue  # removed, not refused: the model is never offered a tool it may not use

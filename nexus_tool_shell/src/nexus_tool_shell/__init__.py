@@ -14,8 +14,10 @@ of the session folder, when a config puts that inside the workspace), and a comm
 write whatever the host user can, `.git/config` included: gating it is a gate's job (or `Ask`).
 There is no `read_only` setting for that reason; a read-only agent leaves this plugin out
 (`plugins.blocked: [nexus.tool.shell]`). When a command ends, times out or its call is stopped
-(`ctx.cancel`), every process it started is killed, those that called `setsid` too (see _run). See
-docs/tool-shell.md.
+(`ctx.cancel`), every process it started is killed, those that called `setsid` too (see _run).
+
+The plugin is `ShellPlugin`, its settings `Settings` (the schema of its config section is
+derived from that class). See docs/tool-shell.md.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from nexus_core import CallContext, Nexus, ToolDef, ToolResult, failure, hookimpl
+import attrs
+from nexus_core.plugins import Plugin, SettingError, setting
+
+from nexus_core import CallContext, ToolDef, ToolResult, failure, hookimpl
 
 from ._run import Completed, kill_method, run_command
+
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "PLUGIN_ID", "Settings", "ShellPlugin"]
 
 PLUGIN_ID = "nexus.tool.shell"
 
@@ -40,29 +47,33 @@ APPROVAL_NOTE = ("the shell runs this command as you: it can do anything your us
 
 #: host environment variables a command sees by default: enough for programs to find themselves
 #: and to pick a locale, and no tokens or keys
-DEFAULT_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*",
-                         "TERM", "TZ", "TMPDIR"]
+DEFAULT_ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*",
+                         "TERM", "TZ", "TMPDIR")
 
-CONFIG_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 60,
-                            "description": "timeout of a call that gives none"},
-        "max_timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 600,
-                                "description": "the largest timeout a call may ask for"},
-        "max_output_bytes": {"type": "integer", "minimum": 256, "default": 32768,
-                             "description": "cap on each of stdout and stderr"},
-        "env_allowlist": {"type": "array", "items": {"type": "string"}, "default": DEFAULT_ENV_ALLOWLIST,
-                          "description": "names (fnmatch patterns) of host variables passed on"},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}, "default": {},
-                "description": "variables set for every command, over the allowed host ones"},
-        "shell": {"type": ["string", "null"], "default": None,
-                  "description": "the shell that runs `<shell> -c <command>` (default: bash, else /bin/sh)"},
-        "aliases": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
-                    "uniqueItems": True, "default": ["bash"],
-                    "description": "more names for the same tool (gates see it as `shell`)"},
-    },
-}
+
+@attrs.frozen
+class Settings:
+    """The `plugins.nexus.tool.shell` section; its JSON Schema is derived from this class."""
+
+    timeout_seconds: float = setting(60, exclusiveMinimum=0, description="timeout of a call that gives none")
+    max_timeout_seconds: float = setting(600, exclusiveMinimum=0,
+                                         description="the largest timeout a call may ask for")
+    max_output_bytes: int = setting(32768, minimum=256, description="cap on each of stdout and stderr")
+    env_allowlist: tuple[str, ...] = setting(DEFAULT_ENV_ALLOWLIST,
+                                             description="names (fnmatch patterns) of host variables passed on")
+    env: dict[str, str] = setting(factory=dict,
+                                  description="variables set for every command, over the allowed host ones")
+    shell: str | None = setting(
+        None, description="the shell that runs `<shell> -c <command>` (default: bash, else /bin/sh)")
+    aliases: tuple[str, ...] = setting(("bash",), uniqueItems=True,
+                                       items={"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+                                       description="more names for the same tool (gates see it as `shell`)")
+
+    def __attrs_post_init__(self) -> None:
+        if self.timeout_seconds > self.max_timeout_seconds:
+            raise SettingError("timeout_seconds", f"{self.timeout_seconds:g} is more than max_timeout_seconds "
+                                                  f"({self.max_timeout_seconds:g})")
+
 
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -84,6 +95,11 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+def json_number(value: float) -> int | float:
+    """A setting's number as the model should read it: 60, not the 60.0 a float setting holds."""
+    return int(value) if float(value).is_integer() else value
+
+
 def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
     return {
         "type": "object",
@@ -93,8 +109,8 @@ def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
             "workdir": {"type": "string",
                         "description": "Folder to run in, relative to the workspace root (default: the root). "
                                        "Must be inside the workspace."},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": max_timeout,
-                        "default": default_timeout,
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": json_number(max_timeout),
+                        "default": json_number(default_timeout),
                         "description": f"Seconds before the command and everything it started are killed "
                                        f"(default {default_timeout:g}, at most {max_timeout:g})."},
         },
@@ -119,16 +135,16 @@ def description(max_output_bytes: int) -> str:
 
 def find_shell(configured: str | None) -> str:
     """The shell executable: the configured one (a path, or a name looked up on PATH), else bash,
-    else /bin/sh, which POSIX guarantees."""
+    else /bin/sh, which POSIX guarantees. A configured shell that is not there is a SettingError."""
     if configured:
         found = shutil.which(configured)
         if found is None:
-            raise ValueError(f"plugins.{PLUGIN_ID}.shell: cannot find {configured!r}")
+            raise SettingError("shell", f"cannot find {configured!r}")
         return found
     return shutil.which("bash") or "/bin/sh"
 
 
-def command_env(allowlist: list[str], fixed: Mapping[str, str]) -> dict[str, str]:
+def command_env(allowlist: Sequence[str], fixed: Mapping[str, str]) -> dict[str, str]:
     """The environment a command runs with: the allowed host variables, then the fixed ones.
     Built per call, so a host that changes its own environment (PATH, say) is followed."""
     env = {name: value for name, value in os.environ.items()
@@ -219,14 +235,13 @@ def stopped_result(done: Completed, structured: dict[str, Any], reason: str) -> 
                       output_structured=structured)
 
 
-def make_handler(config: Mapping[str, Any], workspace: Path,
+def make_handler(settings: Settings, shell: str, workspace: Path,
                  session_dir: Path | None = None) -> Callable[[dict[str, Any], CallContext], ToolResult]:
-    """The `shell` handler for one Nexus: a closure over its settings, workspace and session
-    folder, so one plugin module can serve many Nexus instances with different configs. It takes
-    the call's context, to stop the command when the call is cancelled (`ctx.cancel`)."""
-    shell = find_shell(config["shell"])
-    default_timeout: float = config["timeout_seconds"]
-    cap: int = config["max_output_bytes"]
+    """The `shell` handler for one Nexus: a closure over its settings, shell, workspace and
+    session folder. It takes the call's context, to stop the command when the call is cancelled
+    (`ctx.cancel`)."""
+    default_timeout = float(settings.timeout_seconds)
+    cap = settings.max_output_bytes
 
     def shell_handler(arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         try:
@@ -236,7 +251,7 @@ def make_handler(config: Mapping[str, Any], workspace: Path,
         timeout = float(arguments.get("timeout", default_timeout))
         try:
             done = run_command([shell, "-c", arguments["command"]], cwd=cwd,
-                               env=command_env(config["env_allowlist"], config["env"]),
+                               env=command_env(settings.env_allowlist, settings.env),
                                timeout=timeout, max_output_bytes=cap, stop=ctx.cancel)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the command
             return failure(f"cannot start {shell}: {getattr(exc, 'strerror', None) or exc}")
@@ -256,44 +271,45 @@ def make_handler(config: Mapping[str, Any], workspace: Path,
     return shell_handler
 
 
-# -- hooks ----------------------------------------------------------------------------------
+# -- the plugin -----------------------------------------------------------------------------
 
 
-@hookimpl
-def nexus_config_schema() -> dict[str, Any]:
-    return CONFIG_SCHEMA
+class ShellPlugin(Plugin[Settings]):
+    """The plugin object of one Nexus (the entry point names this class): its settings, the
+    shell they name, and the `shell` tool under each of its names."""
 
+    NEXUS_PLUGIN_ID = PLUGIN_ID
 
-@hookimpl
-def nexus_doctor(nexus: Nexus) -> list[str]:
-    """The shell is no sandbox: say where its commands start, and warn when run records are
-    within their reach by default."""
-    root = Path(os.path.realpath(nexus.config.workspace))
-    session = Path(os.path.realpath(nexus.config.session_dir))
-    lines = [(f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
-              "whatever the host user can (.git/config too: gate the shell, or Ask)")]
-    available, how = kill_method()
-    lines.append(f"process tree: {'available' if available else 'unavailable'} here: {how}; on timeout, "
-                 "on the call being stopped and when the command ends")
-    if session.is_relative_to(root):
-        lines.append(f"warning: the session folder ({nexus.config.session_dir}) is inside the workspace: the shell "
-                     "refuses to start a command there, but a command can cd to it; keep it outside")
-    return lines
+    def configure(self) -> None:
+        self.shell = find_shell(self.settings.shell)
 
+    @hookimpl
+    def nexus_doctor(self) -> list[str]:
+        """The shell is no sandbox: say where its commands start, and warn when run records are
+        within their reach by default."""
+        config = self.nexus.config
+        root = Path(os.path.realpath(config.workspace))
+        session = Path(os.path.realpath(config.session_dir))
+        lines = [(f"commands start in the workspace ({root}); the shell is not a sandbox: a command reaches "
+                  "whatever the host user can (.git/config too: gate the shell, or Ask)")]
+        available, how = kill_method()
+        lines.append(f"process tree: {'available' if available else 'unavailable'} here: {how}; on timeout, "
+                     "on the call being stopped and when the command ends")
+        if session.is_relative_to(root):
+            lines.append(f"warning: the session folder ({config.session_dir}) is inside the workspace: the shell "
+                         "refuses to start a command there, but a command can cd to it; keep it outside")
+        return lines
 
-@hookimpl
-def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
-    config = nexus.plugin_config(PLUGIN_ID)
-    if config["timeout_seconds"] > config["max_timeout_seconds"]:
-        raise ValueError(f"plugins.{PLUGIN_ID}.timeout_seconds ({config['timeout_seconds']:g}) is more than "
-                         f"max_timeout_seconds ({config['max_timeout_seconds']:g})")
-    handler = make_handler(config, nexus.config.workspace, nexus.config.session_dir)
-    schema = input_schema(config["timeout_seconds"], config["max_timeout_seconds"])
-    text = description(config["max_output_bytes"])
-    # MCP's tool hints: a command can change anything, and reach beyond the machine.
-    hints = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}
-    # One tool under every name: the registry resolves an alias to this ToolDef, so a gate for
-    # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
-    register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
-                     output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
-                     aliases=tuple(config["aliases"]), approval_note=APPROVAL_NOTE))
+    @hookimpl
+    def nexus_register_tools(self, register: Callable[..., Any]) -> None:
+        settings = self.settings
+        handler = make_handler(settings, self.shell, self.nexus.config.workspace, self.nexus.config.session_dir)
+        schema = input_schema(settings.timeout_seconds, settings.max_timeout_seconds)
+        text = description(settings.max_output_bytes)
+        # MCP's tool hints: a command can change anything, and reach beyond the machine.
+        hints = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}
+        # One tool under every name: the registry resolves an alias to this ToolDef, so a gate for
+        # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
+        register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
+                         output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
+                         aliases=tuple(settings.aliases), approval_note=APPROVAL_NOTE))

@@ -3,10 +3,11 @@ captured up to a cap, and nothing it started left running afterwards.
 
 Two ways to end everything a command started, by what the system offers (`kill_method` says which):
 
-- **a supervisor** (Linux): the command runs below a small Python process that is a child
-  subreaper (see _supervisor), so every process the command starts stays its descendant, even
-  one that calls `setsid` or double-forks; when the command ends, times out or is stopped, the
-  supervisor kills them all and says which it killed.
+- **a supervisor** (Linux): the command runs below nexus_core's supervisor, a small Python
+  process that is a child subreaper (`nexus_core.supervisor`, docs/supervisor.md), so every
+  process the command starts stays its descendant, even one that calls `setsid` or
+  double-forks; when the command ends, times out or is stopped, the supervisor kills them all
+  and says which it killed.
 - **the process group** (elsewhere, or where the interpreter cannot be started again): the
   command runs in its own session and process group, and the group is killed; a process that
   leaves the group survives.
@@ -14,30 +15,29 @@ Two ways to end everything a command started, by what the system offers (`kill_m
 Nothing here knows about Nexus; `run_command` is a plain function the plugin calls per tool call.
 
     host (run_command)                 supervisor                        command
-    Popen(python -I -S -c SRC, env, argv)
+    Supervised.start(argv, env)
                                        PR_SET_CHILD_SUBREAPER
-                                       fork ─ report {"started": pid} ─► exec bash -c ... (new session)
-    timeout, stop: "kill" ───────────► kill every descendant, round ──► its children, setsid or not: gone
+                                       fork ─ report "started": pid ───► exec bash -c ... (new session)
+    timeout, stop: stop() ───────────► kill every descendant, round ──► its children, setsid or not: gone
                                        after round, and reap them
-    read the report ◄───────────────── {"exit", "killed", "left"}
+    .ended ◄────────────────────────── exit, killed, left
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import os
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
+
+from nexus_core.supervisor import Supervised, why_unavailable
 
 #: how long to keep reading after everything was killed, for output still in the pipes. Only a
 #: process that could not be killed (or that left the group, without a supervisor) can hold a
@@ -157,31 +157,9 @@ def _exit_notifier(pid: int) -> int | None:
 # -- which way -------------------------------------------------------------------------------
 
 
-@functools.cache
-def _supervisor_source() -> str:
-    return resources.files(__package__).joinpath("_supervisor.py").read_text(encoding="utf-8")
-
-
-def supervisor_argv(request_fd: int, report_fd: int, argv: Sequence[str]) -> list[str]:
-    """The supervisor's command line: this interpreter, isolated, without site-packages, then
-    its pipes and the command (its environment goes through the request pipe)."""
-    return [sys.executable, "-I", "-S", "-B", "-c", _supervisor_source(), str(request_fd), str(report_fd), *argv]
-
-
-def _env_request(env: Mapping[str, str]) -> bytes:
-    """The command's environment as the supervisor reads it: a byte count, a newline, then
-    NAME=VALUE entries separated by NUL (which neither may hold)."""
-    blob = b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
-    return f"{len(blob)}\n".encode() + blob
-
-
 def _why_no_supervisor() -> str:
     """Why commands cannot run below a supervisor here ("" when they can)."""
-    if not sys.platform.startswith("linux"):
-        return f"a child subreaper is Linux-only (this is {sys.platform})"
-    if not sys.executable or not os.access(sys.executable, os.X_OK):
-        return "the Python interpreter cannot be started again (sys.executable is not set)"
-    return ""
+    return why_unavailable() or ""
 
 
 @functools.cache
@@ -297,48 +275,26 @@ def _exit_code(returncode: int | None, timed_out: bool, stopped: bool) -> tuple[
 
 def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
                     max_output_bytes: int, stop: Stoppable | None) -> Completed:
-    """The command below a supervisor (see _supervisor): it reports when the command started,
-    and once it ended and everything it started was killed; the host asks it to kill on a
-    timeout or a stop, and closing the request pipe (this process ending) asks the same."""
-    request_r, request_w = os.pipe()
-    report_r, report_w = os.pipe()
-    try:
-        proc = subprocess.Popen(
-            supervisor_argv(request_r, report_w, argv), cwd=cwd, env={}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            pass_fds=(request_r, report_w),
-        )
-    except BaseException:
-        os.close(request_w)
-        os.close(report_r)
-        raise
-    finally:
-        os.close(request_r)
-        os.close(report_w)
+    """The command below a supervisor (`nexus_core.supervisor`): it reports when the command
+    started, and once it ended and everything it started was killed; this asks it to kill on a
+    timeout or a stop, and closing its control pipe (this process ending) asks the same."""
+    supervised = Supervised.start(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = supervised.process
     deadline = time.monotonic() + timeout
     waker = _Waker()
-    reports: list[dict[str, Any]] = []
-    pending = b""
     timed_out = stopped = asked = False
     ended_at: float | None = None  # when the last report came, or the supervisor was given up on
 
     def ask_to_kill() -> None:
         nonlocal asked
         asked = True
-        try:
-            os.write(request_w, b"kill\n")
-        except OSError:
-            pass  # the supervisor is gone: its end is handled after the loop
+        supervised.stop()
 
     try:
-        try:
-            _write_all(request_w, _env_request(env))
-        except BrokenPipeError:
-            pass  # the supervisor died at once: found after the loop
         forget = stop.on_cancel(waker.poke) if stop is not None else (lambda: None)
         with selectors.DefaultSelector() as selector:
             pipes = _Pipes.of(proc, selector, max_output_bytes)
-            selector.register(report_r, selectors.EVENT_READ)
+            selector.register(supervised.fileno(), selectors.EVENT_READ)
             selector.register(waker.read_fd, selectors.EVENT_READ)
             try:
                 while True:
@@ -360,16 +316,13 @@ def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], t
                     for key, _ in selector.select(timeout=max(wait, 0)):
                         if key.fd == waker.read_fd:
                             selector.unregister(waker.read_fd)  # stopped: seen at the top
-                        elif key.fd != report_r:
+                        elif key.fd != supervised.fileno():
                             pipes.read(key.fd)
-                        elif data := os.read(report_r, 65536):
-                            pending += data
-                            *lines, pending = pending.split(b"\n")
-                            reports.extend(_parse(line) for line in lines if line.strip())
-                            if ended_at is None and any("exit" in r or "error" in r for r in reports):
+                        elif supervised.read():
+                            if ended_at is None and supervised.done:
                                 ended_at = time.monotonic()
                         else:  # the supervisor exited (after its last report, or killed)
-                            selector.unregister(report_r)
+                            selector.unregister(supervised.fileno())
                             if ended_at is None:
                                 ended_at = time.monotonic()
             finally:
@@ -377,63 +330,38 @@ def _run_supervised(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], t
                 if ended_at is None:  # interrupted (KeyboardInterrupt): leave nothing running
                     ask_to_kill()
     finally:
-        os.close(request_w)  # if it still runs, the supervisor kills what is left when this closes
         waker.close()
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
-        try:
-            proc.wait(timeout=_REPORT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        os.close(report_r)
-    return _supervised_result(reports, pipes, timed_out, stopped)
+        supervised.close(timeout=_REPORT_SECONDS)  # if it still runs, it kills what is left now
+    return _supervised_result(supervised, pipes, timed_out, stopped)
 
 
-def _supervised_result(reports: list[dict[str, Any]], pipes: _Pipes, timed_out: bool, stopped: bool) -> Completed:
-    started = next((r for r in reports if "started" in r), None)
-    error = next((r["error"] for r in reports if "error" in r), None)
-    if error is not None:
-        raise OSError(0, str(error))
-    if started is None or not isinstance(started["started"], int):
+def _supervised_result(supervised: Supervised, pipes: _Pipes, timed_out: bool, stopped: bool) -> Completed:
+    if supervised.error is not None:
+        raise OSError(0, supervised.error)
+    started = supervised.started
+    if started is None:
         tail = pipes.err.text().strip().splitlines()[-1:] or ["it printed nothing"]
         raise OSError(0, f"the supervisor did not start the command ({tail[0]})")
-    final = next((r for r in reports if "exit" in r), None)
+    final = supervised.ended
     if final is None:
         # the supervisor died (a command can `kill -9 $PPID`): the command's process group is all
         # that can still be reached
-        _kill_group(started["started"])
+        _kill_group(started.pid)
         note = "the supervisor was killed before the command ended: only its process group was killed"
-    elif not started.get("subreaper"):
-        note = f"no subreaper ({started.get('why') or 'prctl failed'}): processes that left it may be left"
+    elif not started.subreaper:
+        note = f"no subreaper ({started.why or 'prctl failed'}): processes that left it may be left"
     else:
         note = "supervisor"
-    returncode = final.get("exit") if final is not None else None
-    exit_code, killed_by = _exit_code(returncode if isinstance(returncode, int) else None, timed_out, stopped)
+    exit_code, killed_by = _exit_code(final.exit_code if final is not None else None, timed_out, stopped)
     return Completed(
         stdout=pipes.out.text(), stderr=pipes.err.text(), exit_code=exit_code, timed_out=timed_out,
         stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated, signal=killed_by,
-        stopped=stopped,
-        killed=tuple((int(pid), str(name)) for pid, name in (final or {}).get("killed", [])),
-        left=tuple((int(pid), str(name), str(why)) for pid, name, why in (final or {}).get("left", [])),
-        kill_note=note,
+        stopped=stopped, killed=final.killed if final is not None else (),
+        left=final.left if final is not None else (), kill_note=note,
     )
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _parse(line: bytes) -> dict[str, Any]:
-    """One report line of the supervisor: a Python literal (see _supervisor), never code."""
-    try:
-        message = ast.literal_eval(line.decode("utf-8", "replace"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return {}
-    return message if isinstance(message, dict) else {}
 
 
 def _run_grouped(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float,

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # httpx loads with the tool, not when the plugin's settings are read
-    import httpx
+from nexus_core.plugins import SettingError
 
 from ._errors import Refused
+
+if TYPE_CHECKING:  # httpx loads with the tool, not when the plugin's settings are read
+    import httpx
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -149,7 +151,8 @@ class HostRule:
     network: IPNetwork | None = None
 
     @classmethod
-    def parse(cls, text: str, where: str) -> HostRule:
+    def parse(cls, text: str) -> HostRule:
+        """The rule `text` writes; ValueError saying why when it is none of the four forms."""
         stripped = text.strip()
         try:
             return cls(text, network=ip_network(stripped.removeprefix("[").removesuffix("]"), strict=False))
@@ -167,7 +170,7 @@ class HostRule:
                 pass
         if not name or not _HOSTNAME.match(name) or nonstandard_ipv4(name) or parse_ip(name):
             hint = " (ports belong in allow_ports)" if re.fullmatch(r"[^:/]+:[0-9]+", candidate) else ""
-            raise ValueError(f"{where}: {text!r} is not a host name, '*.' and a domain, an IP address or "
+            raise ValueError(f"{text!r} is not a host name, '*.' and a domain, an IP address or "
                              f"a network (such as 10.0.0.0/8){hint}")
         return cls(text, name=name, subdomains=subdomains)
 
@@ -184,6 +187,16 @@ class HostRule:
         return addr.version == self.network.version and addr in self.network
 
 
+def _rules(key: str, texts: Iterable[str]) -> tuple[HostRule, ...]:
+    rules = []
+    for i, text in enumerate(texts):
+        try:
+            rules.append(HostRule.parse(text))
+        except ValueError as exc:
+            raise SettingError((key, i), str(exc)) from None
+    return tuple(rules)
+
+
 @dataclass(frozen=True)
 class Policy:
     """The rules one Nexus's webfetch applies, built from its settings."""
@@ -198,13 +211,13 @@ class Policy:
     @classmethod
     def build(cls, allow: Iterable[str], deny: Iterable[str], ports: Iterable[int] | None,
               only: Iterable[str] | None = None) -> Policy:
-        """Raises ValueError naming the config key and entry that is not a host, address or network."""
+        """Raises SettingError (a ValueError) naming the setting and entry that is not a host,
+        address or network (`allow_hosts[1]`)."""
         return cls(
-            allow=tuple(HostRule.parse(t, f"{SECTION}.allow_hosts[{i}]") for i, t in enumerate(allow)),
-            deny=tuple(HostRule.parse(t, f"{SECTION}.deny_hosts[{i}]") for i, t in enumerate(deny)),
+            allow=_rules("allow_hosts", allow),
+            deny=_rules("deny_hosts", deny),
             ports=None if ports is None else frozenset(ports),
-            only=None if only is None else tuple(HostRule.parse(t, f"{SECTION}.only_hosts[{i}]")
-                                                 for i, t in enumerate(only)),
+            only=None if only is None else _rules("only_hosts", only),
         )
 
     def check_url(self, url: httpx.URL) -> None:

@@ -34,6 +34,11 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+def json_number(value: float) -> int | float:
+    """A setting's number as the model should read it: 30, not the 30.0 a float setting holds."""
+    return int(value) if float(value).is_integer() else value
+
+
 def input_schema(settings: Settings) -> dict[str, Any]:
     return {
         "type": "object",
@@ -43,8 +48,9 @@ def input_schema(settings: Settings) -> dict[str, Any]:
             "format": {"enum": ["markdown", "text", "html"], "default": "markdown",
                        "description": "How to return an HTML page: markdown (default), plain text, or the HTML "
                                       "itself. Other text (JSON, plain text, ...) comes back as it is."},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": settings.max_timeout_seconds,
-                        "default": settings.timeout_seconds,
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "maximum": json_number(settings.max_timeout_seconds),
+                        "default": json_number(settings.timeout_seconds),
                         "description": f"Seconds the whole fetch may take, redirects included (default "
                                        f"{settings.timeout_seconds:g}, at most {settings.max_timeout_seconds:g})."},
             "max_bytes": {"type": "integer", "minimum": 1, "maximum": settings.max_bytes_limit,

@@ -1,0 +1,58 @@
+"""The plugin object of `nexus.agent`: one Nexus's agent settings, the sessions it makes, and the
+`nexus chat` / `nexus ask` commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nexus_core.plugins import Plugin
+
+from nexus_core import hookimpl
+
+from ._settings import PLUGIN_ID, Settings
+
+if TYPE_CHECKING:  # imported on first use: `nexus --help` loads this class, and stays fast
+    import click
+
+    from nexus_core import Question
+
+    from ._events import AgentEvent, AgentResult
+    from ._session import Session
+
+
+class AgentPlugin(Plugin[Settings]):
+    """The plugin object of one Nexus (the entry point names this class): its settings, and the
+    sessions it makes."""
+
+    NEXUS_PLUGIN_ID = PLUGIN_ID
+
+    @staticmethod
+    @hookimpl
+    def nexus_register_commands(cli: click.Group) -> None:
+        from ._cli import ask_command, chat_command
+
+        cli.add_command(chat_command)
+        cli.add_command(ask_command)
+
+    def session(self, *, model: str | None = None, approver: Callable[[Question], Any] | None = None,
+                on_event: Callable[[AgentEvent], None] | None = None,
+                transcript: bool | None = None) -> Session:
+        """A new conversation. `model` is "provider:model" (default: the config's `model`);
+        `approver` answers for the person when a gate asks or the model asks a question
+        (default: the Nexus's); `on_event` sees text as it streams and each tool call;
+        `transcript` overrides the `transcripts` setting. Raises ValueError when there is no
+        model to use."""
+        from ._session import Session
+
+        chosen = model or self.nexus.config.model
+        if not chosen:
+            raise ValueError("no model: set `model: provider:model` in the config (for example "
+                             "openai:gpt-4.1), or pass one")
+        return Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
+                       transcript=transcript)
+
+    def run(self, prompt: str, **kwargs: Any) -> AgentResult:
+        """One task in a new session (closed after it): `session(**kwargs).send(prompt)`."""
+        with self.session(**kwargs) as session:
+            return session.send(prompt)
