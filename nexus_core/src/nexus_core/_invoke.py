@@ -176,11 +176,12 @@ class Invoker:
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
                 approver: Approver | None, cancel: CancelToken | None) -> ToolResult:
         found = self._registry.lookup(call.name)
+        self._pm.notify("nexus_tool_call_start", call=call, tool=found[0] if found is not None else None)
         if found is None:
-            return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
+            return self._refused(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
         if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refused(call, _cancelled_text(call, cancel), "cancelled")
 
         call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
@@ -199,7 +200,7 @@ class Invoker:
                 log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
         if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refused(call, _cancelled_text(call, cancel), "cancelled")
         try:
             if tool.takes_context:
                 ctx = CallContext(
@@ -221,7 +222,13 @@ class Invoker:
         return self._finish(call, result)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
-        """An error result for a call that is not run, through the result gates and observers."""
+        """An error result for a call that is not run (`Nexus.refuse`): announced to
+        `nexus_tool_call_start` like any call, then through the result gates and observers."""
+        found = self._registry.lookup(call.name)
+        self._pm.notify("nexus_tool_call_start", call=call, tool=found[0] if found is not None else None)
+        return self._refused(call, error, kind)
+
+    def _refused(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
         return self._finish(call, error_result(call, error, kind))
 
     # -- asking a person --------------------------------------------------------------------
