@@ -12,6 +12,7 @@ stays well formed for the next task.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -146,7 +147,13 @@ class Session:
             raise RuntimeError("a task is already running in this session")
         try:
             self._cancel.clear()
-            return self._task(text)
+            result: AgentResult | None = None
+            self.nexus.notify("nexus_agent_task_start", session=self, text=text)
+            try:
+                result = self._task(text)
+                return result
+            finally:
+                self.nexus.notify("nexus_agent_task_end", session=self, result=result)
         finally:
             self._busy.release()
 
@@ -272,7 +279,10 @@ class Session:
         self.history.append(Message.tool(tuple(results)))
 
     def _run_calls(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
-        futures: list[Future[ToolResult]] = [self._pool.submit(self._invoke, call) for call in calls]
+        # each call in a copy of this thread's context variables, as asyncio.to_thread does: what a
+        # tracer made current for the task (its span) is current for the task's calls too
+        futures: list[Future[ToolResult]] = [self._pool.submit(contextvars.copy_context().run, self._invoke, call)
+                                             for call in calls]
         results: list[ToolResult] = []
         for call, future in zip(calls, futures):
             while True:
