@@ -114,6 +114,7 @@ class CallMessage(TypedDict):
     name: str
     args: dict[str, Any]
     p: bool  # made inside parallel: the host may answer it concurrently with others
+    g: NotRequired[int]  # which parallel call made it (1, 2, ... in the script): for the run's record
 
 
 class OutMessage(TypedDict):

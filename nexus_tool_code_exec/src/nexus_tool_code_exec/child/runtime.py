@@ -137,7 +137,13 @@ _local = threading.local()
 
 
 def in_parallel() -> bool:
-    return getattr(_local, "parallel", False)
+    return bool(getattr(_local, "parallel", 0))
+
+
+def parallel_group() -> int:
+    """Which `parallel` call of the script this thread's callbacks belong to (1, 2, ...), or 0."""
+    group = getattr(_local, "parallel", 0)
+    return group if isinstance(group, int) and not isinstance(group, bool) else 0
 
 
 def _a(noun: str) -> str:
@@ -185,7 +191,11 @@ def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], resu
         raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
                         f"{_a(type(args).__name__)}: it is {signature_of(name)}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
-    reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
+    message: dict[str, Any] = {"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()}
+    group = parallel_group()
+    if group:
+        message["g"] = group
+    reply = _channel.request(message)
     result = reply.get("result") or {}
     error = result.get("error")
     if error is not None:

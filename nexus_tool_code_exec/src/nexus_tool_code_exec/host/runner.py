@@ -462,7 +462,7 @@ class ScriptRun:
             limit = f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls"
             call = self._call_of(msg)
             self._admit(msg, size, parallel=False)
-            self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
+            self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size, time.time(), 0.0)
             return
         self._admit(msg, size, bool(msg.get("p")))
         if msg.get("p"):
@@ -489,6 +489,7 @@ class ScriptRun:
                         parent_call_id=self.call_id)
 
     def _answer_call(self, msg: dict[str, Any], size: int) -> None:
+        started_at, started = time.time(), time.perf_counter()
         call = self._call_of(msg)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
@@ -498,9 +499,10 @@ class ScriptRun:
             result = self.nexus.refuse(call, f"unknown tool: {call.name!r}{hint}", "unknown_tool")
         else:
             result = self.nexus.invoke(call)
-        self._reply(msg, call, result, size)
+        self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
 
-    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int) -> None:
+    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
+               started_at: float, duration: float) -> None:
         """Send the script the answer to its call `msg`, and record the call in the ledger."""
         rid = msg.get("id")
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
@@ -521,7 +523,9 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size)
+        group = msg.get("g")
+        self.ledger.record(call, result, size, started_at, duration,
+                           group if type(group) is int and group > 0 else bool(msg.get("p")))
 
     def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
         self._settle(msg)
