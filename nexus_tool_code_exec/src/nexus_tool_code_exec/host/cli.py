@@ -85,7 +85,12 @@ def _session_dir(ctx: click.Context, session_dir: Path | None) -> Path:
         return session_dir
     from nexus_core._config import load_config
 
-    return Path(load_config(ctx.ensure_object(CliState).config_source()).session_dir)
+    # the config alone says where the records are: no Nexus (no plugin, no server) is started
+    state = ctx.ensure_object(CliState)
+    config = load_config(state.config_source())
+    if state.workspace is not None:
+        config.workspace = state.workspace.resolve()
+    return Path(config.session_dir)
 
 
 @click.group("runs", invoke_without_command=True, epilog="""\b
