@@ -69,6 +69,17 @@ class CliState:
             return env
         return "nexus.yaml" if Path("nexus.yaml").is_file() else None
 
+    def session_dir(self) -> Path:
+        """The session folder the config and `--workspace` name, read without opening a Nexus
+        (no plugin starts): for commands that only read records, such as `nexus runs`. Raises
+        ConfigError for bad config."""
+        from ._config import load_config
+
+        config = load_config(self.config_source())
+        if self.workspace is not None:
+            config.workspace = self.workspace.resolve()
+        return Path(config.session_dir)
+
     def open(self, ctx: click.Context) -> Nexus:
         if self._nexus is None:
             self._nexus = open_nexus(self.config_source(), self.workspace, self.plugin_settings)

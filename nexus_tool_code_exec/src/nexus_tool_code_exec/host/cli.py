@@ -83,14 +83,8 @@ _SESSION_DIR = "nexus.tool.code_exec.runs.session_dir"
 def _session_dir(ctx: click.Context, session_dir: Path | None) -> Path:
     if session_dir is not None:
         return session_dir
-    from nexus_core._config import load_config
-
     # the config alone says where the records are: no Nexus (no plugin, no server) is started
-    state = ctx.ensure_object(CliState)
-    config = load_config(state.config_source())
-    if state.workspace is not None:
-        config.workspace = state.workspace.resolve()
-    return Path(config.session_dir)
+    return ctx.ensure_object(CliState).session_dir()
 
 
 @click.group("runs", invoke_without_command=True, epilog="""\b
