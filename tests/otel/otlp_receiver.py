@@ -26,7 +26,7 @@ class Received:
     """The spans (service name, span) and metric names received so far."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a wait_for condition may call named()
         self.spans: list[tuple[str, Any]] = []
         self.metrics: list[tuple[str, str]] = []
         self.posts: list[str] = []

@@ -109,3 +109,50 @@ def test_an_exporter_that_is_not_installed_is_a_config_error(tmp_path: Path, var
                           timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "plugins.nexus.otel" in proc.stderr and message in proc.stderr
+
+
+def test_a_served_request_names_its_mcp_session(tmp_path: Path) -> None:
+    """Over streamable HTTP with a session (a 2025-era client), the server's span of each request
+    carries `mcp.session.id`; two clients, two sessions."""
+    import re
+
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "hello.txt").write_text("hello\n", encoding="utf-8")
+    config = write_config(tmp_path / "server.yaml", {"workspace": str(workspace), "skills": [],
+                                                     "session_dir": str(tmp_path / "sessions")})
+    with otlp_receiver() as (endpoint, received):
+        env = {**otel_env(endpoint, "server"), "NEXUS_MCP_TOKEN": "t0ken-for-the-test-0123456789abcdef"}
+        server = subprocess.Popen([*NEXUS, "--config", str(config), "mcp", "serve", "--http", "127.0.0.1:0"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.stderr is not None
+            url = ""
+            for line in server.stderr:
+                if found := re.search(r"over MCP at (http://\S+)", line):
+                    url = found.group(1)
+                if url and line.startswith("nexus: protection: bound to"):
+                    break
+            assert url, "nexus mcp serve --http did not start"
+
+            async def two_sessions() -> None:
+                for _ in range(2):
+                    transport = streamable_http_client(url, http_client=httpx2.AsyncClient(
+                        headers={"Authorization": f"Bearer {env['NEXUS_MCP_TOKEN']}"}))
+                    async with Client(transport, cache=None, mode="legacy") as client:
+                        for _ in range(2):
+                            assert not (await client.call_tool("read", {"path": "hello.txt"})).is_error
+
+            anyio.run(two_sessions)
+        finally:
+            server.terminate()
+            server.communicate(timeout=60)
+        assert received.wait_for(lambda r: len(r.named("tools/call read")) == 4), received.posts
+    sessions = [{a.key: a.value.string_value for a in span.attributes}.get("mcp.session.id")
+                for _, span in sorted(received.named("tools/call read"), key=lambda pair: pair[1].start_time_unix_nano)]
+    assert all(sessions) and sessions[0] == sessions[1] and sessions[2] == sessions[3] and sessions[0] != sessions[2]
