@@ -102,7 +102,8 @@ def test_an_mcp_clients_trace_is_continued_by_nexus_mcp_serve(tmp_path: Path) ->
 ])
 def test_an_exporter_that_is_not_installed_is_a_config_error(tmp_path: Path, variable: str, value: str,
                                                               message: str) -> None:
-    config = write_config(tmp_path / "nexus.yaml", {"workspace": str(tmp_path), "skills": []})
+    (tmp_path / "workspace").mkdir()
+    config = write_config(tmp_path / "nexus.yaml", {"workspace": str(tmp_path / "workspace"), "skills": []})
     env = otel_env("http://127.0.0.1:9", "cli")
     env[variable] = value
     proc = subprocess.run([*NEXUS, "--config", str(config), "tools"], env=env, capture_output=True, text=True,
