@@ -12,6 +12,7 @@ stays well formed for the next task.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -140,7 +141,13 @@ class Session:
         try:
             self._token = CancelToken()
             self._stopped, self._shown = [], set()
-            return self._task(text)
+            result: AgentResult | None = None
+            self.nexus.notify("nexus_agent_task_start", session=self, text=text)
+            try:
+                result = self._task(text)
+                return result
+            finally:
+                self.nexus.notify("nexus_agent_task_end", session=self, result=result)
         finally:
             self._busy.release()
 
@@ -293,10 +300,14 @@ class Session:
         """The call, on a daemon thread of its own once a slot is free."""
         future: Future[ToolResult] = Future()
 
+        # in a copy of this thread's context variables, as asyncio.to_thread does: what a tracer
+        # made current for the task (its span) is current for the task's calls too
+        context = contextvars.copy_context()
+
         def run() -> None:
             with self._slots:
                 try:
-                    future.set_result(self._invoke(call, token))
+                    future.set_result(context.run(self._invoke, call, token))
                 except BaseException as exc:  # noqa: BLE001 - the task's thread reads it
                     future.set_exception(exc)
 

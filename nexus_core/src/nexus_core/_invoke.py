@@ -198,6 +198,7 @@ class Invoker:
                 approver: Approver | None, cancel: CancelToken | None,
                 progress: Callable[..., Any] | None = None) -> ToolResult:
         found = self._registry.lookup(call.name)
+        self._pm.notify("nexus_tool_call_start", call=call, tool=found[0] if found is not None else None)
         if found is None:
             return self._refuse(call, None, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
@@ -241,8 +242,11 @@ class Invoker:
         return self._finish(call, result, tool)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
-        """An error result for a call that is not run, through the result gates and observers."""
-        return self._refuse(call, self._registry.get(call.name), error, kind)
+        """An error result for a call that is not run (`Nexus.refuse`): announced to
+        `nexus_tool_call_start` like any call, then through the result gates and observers."""
+        tool = self._registry.get(call.name)
+        self._pm.notify("nexus_tool_call_start", call=call, tool=tool)
+        return self._refuse(call, tool, error, kind)
 
     def _refuse(self, call: ToolCall, tool: ToolDef | None, error: str, kind: ErrorKind) -> ToolResult:
         return self._finish(call, error_result(call, error, kind), tool)

@@ -383,19 +383,8 @@ REQUEST_GATES: GateRules[ModelRequest] = GateRules(
     answers="Veto, ModelRequest or None")
 
 
-def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: ModelRequest,
-             call: ModelCall | None) -> ModelResponse:
-    """The path of one model request; see `Nexus.complete`."""
-    if not isinstance(request, ModelRequest):
-        raise TypeError(f"complete() takes a ModelRequest, not {type(request).__name__}")
-    call = call if call is not None else ModelCall(stream=False)
-    call.check()
-    verdict = pm.gate("nexus_before_model_request", REQUEST_GATES, request, lambda r: {"request": r})
-    if verdict.refusal is not None:
-        by = f" (gate {quoted(verdict.by)})" if verdict.by else ""
-        refused = ModelError(f"model request vetoed{by}: {verdict.refusal}", "vetoed", verdict.by)
-        raise refused from verdict.raised
-    request = verdict.subject
+def _send(providers: ProviderRegistry, request: ModelRequest, call: ModelCall) -> ModelResponse:
+    """The provider's answer to the request the gates let through; every failure a ModelError."""
     provider = providers.get(request.provider)
     if provider is None:
         raise providers.unknown(request.provider)
@@ -413,5 +402,29 @@ def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: Model
         raise ModelError(f"provider {request.provider!r} failed: {describe_exception(exc)}") from exc
     if not isinstance(response, ModelResponse):
         raise ModelError(f"provider {request.provider!r} returned {type(response).__name__}, not a ModelResponse")
+    return response
+
+
+def complete(pm: NexusPluginManager, providers: ProviderRegistry, request: ModelRequest,
+             call: ModelCall | None) -> ModelResponse:
+    """The path of one model request; see `Nexus.complete`."""
+    if not isinstance(request, ModelRequest):
+        raise TypeError(f"complete() takes a ModelRequest, not {type(request).__name__}")
+    call = call if call is not None else ModelCall(stream=False)
+    pm.notify("nexus_model_request_start", request=request)
+    try:
+        call.check()
+        verdict = pm.gate("nexus_before_model_request", REQUEST_GATES, request, lambda r: {"request": r})
+        if verdict.refusal is not None:
+            by = f" (gate {quoted(verdict.by)})" if verdict.by else ""
+            refused = ModelError(f"model request vetoed{by}: {verdict.refusal}", "vetoed", verdict.by)
+            raise refused from verdict.raised
+        request = verdict.subject
+        response = _send(providers, request, call)
+    except BaseException as exc:  # a Ctrl-C in the provider's read ends the request for observers too
+        error = exc if isinstance(exc, ModelError) else ModelError(
+            f"the model request was interrupted ({describe_exception(exc)})", "cancelled")
+        pm.notify("nexus_model_request_error", request=request, error=error)
+        raise
     pm.notify("nexus_model_response", request=request, response=response)
     return response

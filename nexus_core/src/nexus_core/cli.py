@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
+    from ._config import NexusConfig
     from ._models import ToolDef, ToolResult
     from ._nexus import Nexus
 
@@ -79,6 +80,13 @@ class CliState:
             return env, False
         return ("nexus.yaml", True) if Path("nexus.yaml").is_file() else (None, False)
 
+    def session_dir(self) -> Path:
+        """The session folder the config and `--workspace` name, read without opening a Nexus
+        (no plugin starts): for commands that only read records, such as `nexus runs`. Raises
+        ConfigError for bad config, and for a config that needs trust and has none."""
+        source, found = self.config_choice()
+        return Path(_load_checked_config(source, self.workspace, trusted=self.trust_config, found=found).session_dir)
+
     def open(self, ctx: click.Context) -> Nexus:
         if self._nexus is None:
             source, found = self.config_choice()
@@ -93,15 +101,12 @@ class CliState:
             nexus.close()
 
 
-def open_nexus(config: str | None, workspace: Path | None = None,
-               plugin_settings: dict[str, dict[str, Any]] | None = None, *,
-               trusted: bool = False, found: bool = False) -> Nexus:
-    """The Nexus a command runs with; plugins that failed to load are reported on stderr.
-    Raises ConfigError for bad config, and for a config that needs trust and has none (one a
-    tool could have written: `found` in the working folder, or inside it or the workspace it
-    configures) unless `trusted`; UsageError for a workspace that is not a folder."""
-    from ._config import ConfigError, decode_config, load_config, read_config_bytes
-    from ._nexus import Nexus
+def _load_checked_config(config: str | None, workspace: Path | None = None, *, trusted: bool = False,
+                        found: bool = False) -> NexusConfig:
+    """The `NexusConfig` a command runs with (`--workspace` applied), checked for trust as
+    `open_nexus` checks it; no plugin starts. Raises ConfigError for bad config and for a
+    config that needs trust and has none, unless `trusted`."""
+    from ._config import decode_config, load_config, read_config_bytes
 
     if config is None:
         cfg = load_config(None)
@@ -118,6 +123,20 @@ def open_nexus(config: str | None, workspace: Path | None = None,
         reason = why_untrusted(config, cfg.workspace, found)
         if reason is not None:
             check_trusted(config, raw, reason, cfg.workspace)
+    return cfg
+
+
+def open_nexus(config: str | None, workspace: Path | None = None,
+               plugin_settings: dict[str, dict[str, Any]] | None = None, *,
+               trusted: bool = False, found: bool = False) -> Nexus:
+    """The Nexus a command runs with; plugins that failed to load are reported on stderr.
+    Raises ConfigError for bad config, and for a config that needs trust and has none (one a
+    tool could have written: `found` in the working folder, or inside it or the workspace it
+    configures) unless `trusted`; UsageError for a workspace that is not a folder."""
+    from ._config import ConfigError
+    from ._nexus import Nexus
+
+    cfg = _load_checked_config(config, workspace, trusted=trusted, found=found)
     for plugin, settings in (plugin_settings or {}).items():
         cfg.plugin_sections[plugin] = {**(cfg.plugin_sections.get(plugin) or {}), **settings}
     if not cfg.workspace.is_dir():

@@ -21,7 +21,7 @@ from ._markers import PROJECT, hookimpl, hookspec
 if TYPE_CHECKING:
     import click
 
-    from ._llm import ModelRequest, ModelResponse
+    from ._llm import ModelError, ModelRequest, ModelResponse
     from ._models import (
         Answer,
         Ask,
@@ -109,6 +109,15 @@ def nexus_tool_unregister(tool: ToolDef) -> None:
     """Observe a tool leaving the registry (`Nexus.remove_tool`, or its plugin unregistered or
     dropped), after it is gone. A tool swapped in place by `Nexus.replace_tool` is not removed:
     `nexus_tool_register` sees the new definition. The return value is ignored."""
+
+
+@hookspec(kind="observer")
+def nexus_tool_call_start(call: ToolCall, tool: ToolDef | None) -> None:
+    """Observe a call as it enters `Nexus.invoke` (or `Nexus.refuse`), before the gates: every
+    call, refusals included, once, on the thread of the call; its `nexus_tool_result` follows on
+    the same thread. `tool` is the tool the name resolves to, or None for an unknown tool. For
+    tracing and timing a call whole; nothing is called when no plugin implements it. The return
+    value is ignored; an exception is logged and the call goes on."""
 
 
 @hookspec(kind="gate")
@@ -215,6 +224,14 @@ def nexus_register_providers(register: Callable[..., Any], nexus: Nexus) -> None
     """
 
 
+@hookspec(kind="observer")
+def nexus_model_request_start(request: ModelRequest) -> None:
+    """Observe a model request as `Nexus.complete` receives it, before the request gates, on the
+    caller's thread: each one then ends, on the same thread, in `nexus_model_response` or in
+    `nexus_model_request_error`. For tracing and timing a request whole; nothing is called when
+    no plugin implements it. The return value is ignored; an exception is logged."""
+
+
 @hookspec(kind="gate")
 def nexus_before_model_request(request: ModelRequest) -> Veto | ModelRequest | None:
     """Gate a model request before it is sent (`Nexus.complete`, which every agent loop uses).
@@ -233,6 +250,14 @@ def nexus_model_response(request: ModelRequest, response: ModelResponse) -> None
     its text, tool calls and `usage`, for logging or metering. Not called for a request that
     failed or was vetoed. The return value is ignored; an exception is logged and the response
     still reaches the loop."""
+
+
+@hookspec(kind="observer")
+def nexus_model_request_error(request: ModelRequest, error: ModelError) -> None:
+    """Observe a model request that got no response: vetoed by a request gate, cancelled, naming
+    no provider here, or failed (`error.kind` says which). `request` is the request as the gates
+    left it. The return value is ignored; an exception is logged and the error still reaches the
+    caller."""
 
 
 @hookspec(kind="observer")

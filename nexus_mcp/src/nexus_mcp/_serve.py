@@ -50,6 +50,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from nexus_core.adapters import mcp_output_schema
+from opentelemetry import trace  # the MCP SDK's own dependency: its server spans are made with it
 
 from nexus_core import CancelToken, Nexus, ToolCall, ToolDef, hookimpl
 
@@ -303,12 +304,17 @@ class NexusMcpServer:
         return types.EmptyResult()
 
     async def _track_sessions(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        """Remember each 2025-era connection, to tell it when the tool list changes (a 2026-era
+        """Name the request's MCP session on its span (the SDK's, made just outside this
+        middleware; a no-op span unless tracing is on). Remember each 2025-era connection, to
+        tell it when the tool list changes (a 2026-era
         client asks for that itself, with `subscriptions/listen`). `ctx.session` is a proxy made
         per request; the connection behind it lives as long as the client stays, and the SDK
         offers no public way to it from a low-level handler (mcp 2.3), hence `_connection`."""
+        connection = getattr(ctx.session, "_connection", None)
+        session_id = getattr(connection, "session_id", None)
+        if isinstance(session_id, str):  # the MCP conventions' mcp.session.id, on the SDK's span of the request
+            trace.get_current_span().set_attribute("mcp.session.id", session_id)
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            connection = getattr(ctx.session, "_connection", None)
             if connection is not None and hasattr(connection, "send_tool_list_changed"):
                 self._legacy_connections.add(connection)
         return await call_next(ctx)

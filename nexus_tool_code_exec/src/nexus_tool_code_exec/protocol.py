@@ -132,6 +132,7 @@ class CallMessage(TypedDict):
     args: dict[str, Any]
     p: bool  # made inside parallel: the host may answer it concurrently with others
     line: NotRequired[int]  # the script's line that made it (what the child says: untrusted)
+    g: NotRequired[int]  # which parallel call made it (1, 2, ... in the script): for the run's record
 
 
 class OutMessage(TypedDict):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -25,10 +26,14 @@ MAX_WORKERS = 1
 _local = threading.local()
 
 
-def _mark_parallel() -> None:
+#: numbers each `parallel` call that runs callbacks concurrently, for the run's record
+_groups = itertools.count(1)
+
+
+def _mark_parallel(group: int) -> None:
     import _nexus_rt  # type: ignore[import-not-found]  # the runtime module inside the child
 
-    _nexus_rt._local.parallel = True
+    _nexus_rt._local.parallel = group
 
 
 def _run(thunks: list[Callable[[], Any]]) -> list[Any]:
@@ -42,13 +47,14 @@ def _run(thunks: list[Callable[[], Any]]) -> list[Any]:
         return results
 
     lock = threading.Lock()
+    group = next(_groups)
     next_index = [0]
     failure: list[BaseException] = []
 
     def worker() -> None:
         _local.inside = True
         try:
-            _mark_parallel()
+            _mark_parallel(group)
         except ImportError:
             pass
         while True:

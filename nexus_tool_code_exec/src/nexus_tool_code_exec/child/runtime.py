@@ -227,7 +227,13 @@ _local = threading.local()
 
 
 def in_parallel() -> bool:
-    return getattr(_local, "parallel", False)
+    return bool(getattr(_local, "parallel", 0))
+
+
+def parallel_group() -> int:
+    """Which `parallel` call of the script this thread's callbacks belong to (1, 2, ...), or 0."""
+    group = getattr(_local, "parallel", 0)
+    return group if isinstance(group, int) and not isinstance(group, bool) else 0
 
 
 def _a(noun: str) -> str:
@@ -293,10 +299,13 @@ def call_tool(name: str, args_cls: type | None, args: Any, kwargs: dict[str, Any
             raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
                             f"{_a(type(args).__name__)}: it is {signature_of(name)}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
-    msg = {"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()}
+    msg: dict[str, Any] = {"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()}
     line = _script_line()
     if line is not None:
         msg["line"] = line
+    group = parallel_group()
+    if group:
+        msg["g"] = group
     reply = _channel.request(msg)
     result = reply.get("result") or {}
     error = result.get("error")

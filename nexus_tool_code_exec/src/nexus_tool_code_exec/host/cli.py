@@ -1,5 +1,6 @@
 """`nexus run SCRIPT.py` (runs in the host: the `nexus` command): a script through run_code from
-the command line, its output streamed live and the result JSON printed last. Added to `nexus`
+the command line, its output streamed live and the result JSON printed last; and `nexus runs` /
+`nexus runs show ID`, which read the runs' session records back (`runs`). Added to `nexus`
 through `nexus_register_commands`."""
 
 from __future__ import annotations
@@ -74,3 +75,63 @@ def run_command(ctx: click.Context, script: str, timeout: float | None, as_json:
         return print_result(result, as_json)
     click.echo(json.dumps(structured.get("result"), indent=2, ensure_ascii=False))
     return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+_SESSION_DIR = "nexus.tool.code_exec.runs.session_dir"
+
+
+def _session_dir(ctx: click.Context, session_dir: Path | None) -> Path:
+    if session_dir is not None:
+        return session_dir
+    # the config alone says where the records are: no Nexus (no plugin, no server) is started
+    return ctx.ensure_object(CliState).session_dir()
+
+
+@click.group("runs", invoke_without_command=True, epilog="""\b
+Examples:
+  nexus runs
+  nexus runs --limit 5 --json
+  nexus runs show call_3f2a""")
+@click.option("--session-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The session folder to read (default: the config's session_dir).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="How many runs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+@click.pass_context
+def runs_command(ctx: click.Context, session_dir: Path | None, limit: int, as_json: bool) -> int:
+    """List the recent run_code runs of a session folder: when, status, duration, inner calls,
+    vetoes; `nexus runs show ID` draws one."""
+    ctx.meta[_SESSION_DIR] = session_dir  # for `runs show`, whose own context is a child of this one
+    if ctx.invoked_subcommand is not None:
+        return EXIT_OK
+    from .runs import list_runs, table
+
+    runs = list_runs(_session_dir(ctx, session_dir))[:limit]
+    if as_json:
+        click.echo(json.dumps([run.summary() for run in runs], indent=2, ensure_ascii=False))
+    elif runs:
+        click.echo(table(runs))
+    else:
+        click.echo("no run_code runs recorded here", err=True)
+    return EXIT_OK
+
+
+@runs_command.command("show")
+@click.argument("run_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the run (script, calls, stdout, result) as JSON.")
+@click.pass_context
+def runs_show_command(ctx: click.Context, run_id: str, as_json: bool) -> int:
+    """Draw the run ID (a run_code call id, or the start of one) as a tree: its inner calls in
+    order, parallel ones grouped, each with its gate outcome, duration and a short result; its
+    stdout; its result."""
+    from .runs import draw, find_run, list_runs
+
+    folder = _session_dir(ctx, ctx.meta.get(_SESSION_DIR))
+    run = find_run(folder, run_id)
+    if run is None:
+        known = ", ".join(r.id for r in list_runs(folder)[:5]) or "none"
+        raise UsageError(f"no run_code run {run_id!r} in {folder} (recent: {known})")
+    if as_json:
+        click.echo(json.dumps(run.details(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(draw(run))
+    return EXIT_OK

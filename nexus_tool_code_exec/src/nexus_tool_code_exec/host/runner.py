@@ -162,6 +162,13 @@ class _Ending:
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
 
 
+def _parallel_group(msg: dict[str, Any]) -> int | bool:
+    """Which of the script's `parallel` calls made the call `msg` (its `g`, 1, 2, ...), else
+    whether one did (`p`): for calls.jsonl. The child says so, and it is only shown, never acted on."""
+    group = msg.get("g")
+    return group if type(group) is int and group > 0 else msg.get("p") is True
+
+
 class _InnerCall:
     """An inner call the host took from the child, from its admission to its end (a plain
     slotted class: one is made per call)."""
@@ -551,7 +558,7 @@ class ScriptRun:
             call = self._call_of(msg)
             inner = self._admit(msg, size, parallel=False)
             try:
-                self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
+                self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size, time.time(), 0.0)
             finally:
                 self._settle(msg)
             return
@@ -586,6 +593,7 @@ class ScriptRun:
                         parent_call_id=self.call_id, metadata=metadata)
 
     def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
+        started_at, started = time.time(), time.perf_counter()
         call = self._call_of(msg)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
@@ -597,7 +605,7 @@ class ScriptRun:
             # the run's token: cancelled when the run ends, so nothing it started outlives it
             result = self.nexus.invoke(call, cancel=self.cancel)
         inner.result = result
-        self._reply(msg, call, result, size)
+        self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
 
     # -- the end of the run: nothing it started outlives it ---------------------------------------
 
@@ -626,7 +634,8 @@ class ScriptRun:
             if inner.future is not None and inner.future.cancel():  # queued: it never starts
                 call = self._call_of(inner.msg)
                 text = f"cancelled: {call.name} was not run, its caller stopped it ({reason})"
-                self.ledger.record(call, self.nexus.refuse(call, text, "cancelled"), inner.size)
+                self.ledger.record(call, self.nexus.refuse(call, text, "cancelled"), inner.size, time.time(), 0.0,
+                                   _parallel_group(inner.msg))
                 self._settle(inner.msg)
                 self.stopped_calls.append(f"{call.name} (queued: never started)")
             else:
@@ -653,7 +662,8 @@ class ScriptRun:
                 what = "finished: its effect happened"
             self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
 
-    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int) -> None:
+    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
+               started_at: float, duration: float) -> None:
         """Send the script the answer to its call `msg`, and record the call in the ledger."""
         rid = msg.get("id")
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
@@ -674,7 +684,7 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size)
+        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg))
 
     def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
         self._settle(msg)

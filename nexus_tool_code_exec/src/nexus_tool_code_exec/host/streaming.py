@@ -101,6 +101,10 @@ class Ledger:
     CUT_ITEMS items, and the line says `"cut": true`: a few huge calls cannot blind the record
     of the ones after them (a write's path still shows, with the hash of what it wrote).
 
+    Each line also says when the call came in (`started_at`, seconds since the epoch), how long
+    the host took to answer it (`duration_seconds`: gates, handler and result gates) and which of
+    the script's `parallel` calls made it (`parallel`: 1, 2, ..., or false), for `nexus runs show`.
+
     Each call is recorded by the thread that answered it, right after the answer went out (while
     the child reads it): the end of the run then only joins the lines."""
 
@@ -109,8 +113,11 @@ class Ledger:
         self._lines: list[str] = []
         self._recorded = 0
 
-    def record(self, call: ToolCall, result: ToolResult, size: int) -> None:
-        """One call, whose message took `size` bytes on the pipe, and its result."""
+    def record(self, call: ToolCall, result: ToolResult, size: int, started_at: float = 0.0,
+               duration: float = 0.0, parallel: int | bool = False) -> None:
+        """One call, whose message took `size` bytes on the pipe, and its result: it came in at
+        `started_at` (epoch seconds), took `duration` seconds, and was made by the script's
+        `parallel` call number `parallel` (1, 2, ...), or outside one (False)."""
         arguments = _canonical(call.arguments)
         data = arguments.encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(data).hexdigest()
@@ -119,7 +126,9 @@ class Ledger:
             keep = self._recorded + cost <= RECORD_BUDGET
             if keep:
                 self._recorded += cost
-        facts = {"arguments_bytes": len(data), "arguments_sha256": digest, "output_chars": len(result.output)}
+        facts: dict[str, Any] = {"arguments_bytes": len(data), "arguments_sha256": digest,
+                                 "output_chars": len(result.output), "started_at": round(started_at, 6),
+                                 "duration_seconds": round(duration, 6), "parallel": parallel}
         if not keep:
             arguments = _canonical(_cut(call.arguments))
             result = attrs.evolve(result, output=_cut(result.output), output_structured=_cut(result.output_structured),
