@@ -50,10 +50,10 @@ class LoginRequired(Exception):
     """A server needs the person to log in (no tokens, or tokens it refused and that could not be
     refreshed): raised instead of opening a browser in the middle of a run."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, why: str = "") -> None:
         self.server = server
-        super().__init__(f"MCP server {server!r} needs a login: run `nexus mcp login {server}` "
-                         "(it opens the server's sign-in page in your browser)")
+        super().__init__(f"MCP server {server!r} needs a login{f' ({why})' if why else ''}: run "
+                         f"`nexus mcp login {server}` (it opens the server's sign-in page in your browser)")
 
 
 class AuthStoreError(Exception):
@@ -211,6 +211,16 @@ def make_provider(config: ServerConfig, storage: FileTokenStorage, *, redirect_u
             await super()._initialize()
             self.context.token_expiry_time = storage.expires_at()
 
+        async def _perform_authorization(self) -> Any:
+            # the scopes a server asked for more of during a run (a step-up, which a run cannot
+            # do: see run_provider) are asked for at the next login, with what it asks for now
+            wanted = storage.read().get("wanted_scope")
+            if isinstance(wanted, str) and wanted:
+                from mcp.client.auth.utils import union_scopes
+
+                self.context.client_metadata.scope = union_scopes(self.context.client_metadata.scope, wanted)
+            return await super()._perform_authorization()
+
     metadata = OAuthClientMetadata(
         client_name="Nexus", redirect_uris=[AnyUrl(redirect_uri)],
         grant_types=["authorization_code", "refresh_token"], response_types=["code"],
@@ -219,19 +229,37 @@ def make_provider(config: ServerConfig, storage: FileTokenStorage, *, redirect_u
                     callback_handler=callback_handler, client_metadata_url=settings.client_metadata_url or None)
 
 
-def run_provider(config: ServerConfig) -> OAuthClientProvider:
+def run_provider(config: ServerConfig, on_login_needed: Callable[[LoginRequired], None] | None = None
+                 ) -> OAuthClientProvider:
     """The provider a Nexus's run uses: it sends and refreshes the stored tokens, and raises
-    `LoginRequired` where the SDK would send the person to the authorization page."""
+    `LoginRequired` where the SDK would send the person to the authorization page (telling
+    `on_login_needed` first: the SDK's transport may end the session with another error)."""
     storage = storage_for(config)
 
     async def needs_login(_url: str) -> None:
-        raise LoginRequired(config.name)
+        # the scopes the SDK was about to ask for: more than granted when the server asked for
+        # more (403 insufficient_scope); kept for the login to ask for them
+        scope = provider.context.client_metadata.scope
+        if scope:
+            storage.update(wanted_scope=scope)
+        why = ""
+        if provider.context.current_tokens is not None or storage.has_tokens():
+            why = "it refused the token kept for it, which could not be refreshed"
+            granted = provider.context.current_tokens.scope if provider.context.current_tokens else None
+            if scope and granted is not None and set(scope.split()) - set(granted.split()):
+                why = f"it asks for more access than was granted: scope {scope!r}"
+        needed = LoginRequired(config.name, why)
+        if on_login_needed is not None:
+            on_login_needed(needed)
+        raise needed
 
     async def no_callback() -> Any:
         raise LoginRequired(config.name)
 
-    return make_provider(config, storage, redirect_uri=_stored_redirect(storage) or f"http://127.0.0.1{CALLBACK_PATH}",
-                         redirect_handler=needs_login, callback_handler=no_callback)
+    provider = make_provider(config, storage,
+                             redirect_uri=_stored_redirect(storage) or f"http://127.0.0.1{CALLBACK_PATH}",
+                             redirect_handler=needs_login, callback_handler=no_callback)
+    return provider
 
 
 def login_required(exc: BaseException) -> LoginRequired | None:
@@ -328,7 +356,8 @@ async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeou
         return HTMLResponse("<h1>Nexus: logged in</h1><p>You can close this tab.</p>")
 
     async def redirect_handler(url: str) -> None:
-        show_url(url)
+        # in a thread: what shows it may wait (a browser started), and the listener must answer meanwhile
+        await anyio.to_thread.run_sync(show_url, url)
 
     async def callback_handler() -> AuthorizationCodeResult:
         await arrived.wait()
@@ -358,4 +387,7 @@ async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeou
         sock.close()
     if not storage.has_tokens():
         raise RuntimeError(f"MCP server {config.name!r}: the login ended without a token")
+    data = storage.read()
+    if data.pop("wanted_scope", None) is not None:
+        storage._write(data)
     return [tool.name for tool in tools.tools]

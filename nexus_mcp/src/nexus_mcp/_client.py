@@ -158,7 +158,7 @@ class McpClient:
                     config = self.configs[server]
                     connection = ServerConnection(config, self.folder / f"{server}.log", self._on_listing, info,
                                                   on_elicit=self._on_elicit,
-                                                  auth=functools.partial(self._oauth, config) if config.oauth else None)
+                                                  auth=self._oauth if config.oauth else None)
                     self._connections[server] = connection
         return connection
 
@@ -336,12 +336,16 @@ class McpClient:
 
     # -- what servers ask, and their logins ---------------------------------------------------
 
-    def _oauth(self, config: ServerConfig) -> Any:
-        """The OAuth provider of one run of `config`'s server (see `_auth`)."""
+    def _oauth(self, connection: ServerConnection) -> Any:
+        """The OAuth provider of one run of `connection`'s server (see `_auth`)."""
         from ._auth import auth_dir, check_outside, run_provider
 
         check_outside(auth_dir(), Path(self.nexus.config.workspace))
-        return run_provider(config)
+
+        def needed(exc: Exception) -> None:
+            connection.login_needed = str(exc)
+
+        return run_provider(connection.config, needed)
 
     async def _on_elicit(self, server: str, params: Any, waiting: list[Any]) -> Any:
         """A server's elicitation, put to the person who answers for the calls it came with (see

@@ -139,7 +139,7 @@ class ServerConnection:
 
     def __init__(self, config: ServerConfig, log_path: Path, on_listing: Listing,
                  client_info: types.Implementation, on_elicit: Elicit | None = None,
-                 auth: Callable[[], Any] | None = None) -> None:
+                 auth: Callable[[ServerConnection], Any] | None = None) -> None:
         self.config = config
         self.name = config.name
         self.log_path = log_path
@@ -148,6 +148,8 @@ class ServerConnection:
         self._on_elicit = on_elicit
         #: makes the httpx auth of a run (an OAuth provider), for a server logged in to with OAuth
         self._auth = auth
+        #: set by the OAuth provider when the server needs the person to log in (why, as a message)
+        self.login_needed: str | None = None
         self._waiting: set[Waiting] = set()
         self._run: _Run | None = None
         self._runs: set[_Run] = set()
@@ -266,7 +268,8 @@ class ServerConnection:
         else:
             import httpx2
 
-            auth = self._auth() if self._auth is not None else None
+            self.login_needed = None
+            auth = self._auth(self) if self._auth is not None else None
             http = httpx2.AsyncClient(headers=config.headers, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0))
             transport = streamable_http_client(config.url, http_client=http)
             stack.push_async_callback(http.aclose)
@@ -316,8 +319,8 @@ class ServerConnection:
         from ._auth import login_required
 
         needed = login_required(exc)
-        if needed is not None:
-            return ServerError(str(needed))
+        if needed is not None or self.login_needed is not None:
+            return ServerError(str(needed) if needed is not None else str(self.login_needed))
         if run.timed_out:
             what = f"did not start within {self.config.start_timeout_seconds:g} s (start_timeout_seconds)"
         elif isinstance(exc, asyncio.CancelledError):
@@ -403,6 +406,9 @@ class ServerConnection:
                 f"MCP server {self.name!r} did not answer {tool!r} within {self.config.timeout_seconds:g} s "
                 "(timeout_seconds): it was stopped, and starts again on the next call") from None
         except MCPError as exc:
+            if self.login_needed is not None:
+                self._retire(run)
+                raise ServerError(f"{self.login_needed}; {tool!r} was not called") from None
             if (run is not None and run.closed) or exc.code == CONNECTION_CLOSED:
                 self._retire(run)
                 raise ServerError(self._gone(tool)) from None
@@ -414,8 +420,9 @@ class ServerConnection:
             gone = run is not None and run.closed
             self._retire(run)
             needed = login_required(exc)
-            if needed is not None:
-                raise ServerError(f"{needed}; {tool!r} was not called") from None
+            if needed is not None or self.login_needed is not None:
+                why = str(needed) if needed is not None else self.login_needed
+                raise ServerError(f"{why}; {tool!r} was not called") from None
             if gone:
                 raise ServerError(self._gone(tool)) from None
             raise ServerError(f"MCP server {self.name!r} failed on {tool!r}: {_describe(exc)}; "
