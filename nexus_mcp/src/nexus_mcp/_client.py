@@ -105,12 +105,10 @@ class McpClient:
             cached = self._read_cache(config)
             if config.start == "lazy" and cached is not None:
                 initial[name] = (cached, True)
-            elif config.oauth is not None and not self._logged_in(config):
+            elif config.oauth is not None and (why := self._cannot_log_in(config)) is not None:
                 # no token to send: a start could only fail, after a round trip, for the same reason
-                from ._auth import LoginRequired
-
-                self._login_needed[name] = str(LoginRequired(name))
-                log.warning("nexus.mcp.client: %s", self._login_needed[name])
+                self._login_needed[name] = why
+                log.warning("nexus.mcp.client: %s", why)
                 if cached is not None:
                     initial[name] = (cached, True)
             else:
@@ -137,10 +135,16 @@ class McpClient:
                     initial[connection.name] = (cached, True)
         self._apply({name: initial[name] for name in self.configs if name in initial})
 
-    def _logged_in(self, config: ServerConfig) -> bool:
-        from ._auth import storage_for
+    def _cannot_log_in(self, config: ServerConfig) -> str | None:
+        """Why a server that logs in with OAuth cannot be started now (no tokens kept for it, or a
+        token folder a tool could read), or None."""
+        from ._auth import AuthStoreError, LoginRequired, auth_dir, check_outside, storage_for
 
-        return config.oauth is not None and (storage_for(config).has_tokens())
+        try:
+            check_outside(auth_dir(), Path(self.nexus.config.workspace))
+        except AuthStoreError as exc:
+            return f"MCP server {config.name!r} cannot log in: {exc}"
+        return None if storage_for(config).has_tokens() else str(LoginRequired(config.name))
 
     def connection(self, server: str) -> ServerConnection:
         """The connection of a configured server (made on first use)."""
