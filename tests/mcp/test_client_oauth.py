@@ -19,11 +19,11 @@ import httpx2
 import pytest
 import yaml
 from mcp_helpers import BIN, SERVERS, mcp_config, wait_for
+from nexus_mcp._auth import AUTH_DIR_ENV, login, storage_for
+from nexus_mcp._config import parse_servers
 from test_client_http import free_port, listening
 
 from nexus_core import ConfigError, Nexus
-from nexus_mcp._auth import AUTH_DIR_ENV, login, storage_for
-from nexus_mcp._config import parse_servers
 
 
 class OAuthServer:
@@ -144,7 +144,7 @@ def test_nexus_mcp_login_on_the_command_line_then_a_call_with_the_kept_token(
         assert access not in file.read_text(errors="replace"), f"the access token is in {file}"
 
     logout = subprocess.run([str(BIN / "nexus"), "--config", str(config_file), "mcp", "logout", "docs"],
-                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert logout.returncode == 0, logout.stderr
     assert "logged out of MCP server 'docs'" in logout.stderr
     assert not path.exists()
@@ -197,7 +197,7 @@ def test_the_tokens_are_never_kept_inside_the_workspace(tmp_path: Path, oauth_se
     elsewhere.mkdir()
     refused = subprocess.run([str(BIN / "nexus"), "--config", str(config_file), "mcp", "login", "docs",
                               "--no-browser"], cwd=elsewhere, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, AUTH_DIR_ENV: str(inside)})
+                             env={**os.environ, AUTH_DIR_ENV: str(inside)}, check=False)
     assert refused.returncode == 2, refused.stderr
     assert f"the OAuth token folder {inside} is inside the workspace" in refused.stderr
     assert not inside.exists()

@@ -377,10 +377,10 @@ async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeou
             tg.start_soon(server.serve, [sock])
             try:
                 with anyio.fail_after(timeout):
-                    async with httpx2.AsyncClient(headers=config.headers, auth=provider,
-                                                  timeout=httpx2.Timeout(30.0, read=300.0)) as http:
-                        async with Client(streamable_http_client(config.url, http_client=http), cache=None) as client:
-                            tools = await client.list_tools()
+                    async with (httpx2.AsyncClient(headers=config.headers, auth=provider,
+                                                   timeout=httpx2.Timeout(30.0, read=300.0)) as http,
+                                Client(streamable_http_client(config.url, http_client=http), cache=None) as client):
+                        tools = await client.list_tools()
             finally:
                 server.should_exit = True
     finally:

@@ -24,7 +24,7 @@ from typing import Any, Self, TextIO
 import anyio
 import attrs
 import mcp_types as types
-from mcp import Client, MCPError
+from mcp import Client, InputRequiredRoundsExceededError, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
@@ -32,6 +32,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from nexus_core.plugins import describe_exception
 
 from ._config import ServerConfig
+from ._elicit import MAX_PER_CALL
 from ._reaper import supervised, supervision_unavailable
 
 log = logging.getLogger("nexus_mcp")
@@ -282,7 +283,10 @@ class ServerConnection:
             async with contextlib.AsyncExitStack() as stack:
                 client = Client(self._transport(stack, run), cache=None, client_info=self._client_info,
                                 message_handler=lambda message: self._on_message(run, message),
-                                elicitation_callback=self._elicit if self._on_elicit is not None else None)
+                                elicitation_callback=self._elicit if self._on_elicit is not None else None,
+                                # one round more than the requests a call may make, so that bound
+                                # (`_elicit.MAX_PER_CALL`) is the one a server meets, in both eras
+                                input_required_max_rounds=MAX_PER_CALL + 1)
                 await stack.enter_async_context(client)
                 tools = await self._list_tools(client)
                 run.client = client
@@ -405,6 +409,9 @@ class ServerConnection:
             raise ServerError(
                 f"MCP server {self.name!r} did not answer {tool!r} within {self.config.timeout_seconds:g} s "
                 "(timeout_seconds): it was stopped, and starts again on the next call") from None
+        except InputRequiredRoundsExceededError:
+            raise ServerError(f"MCP server {self.name!r} kept asking for input during {tool!r} (more than "
+                              f"{MAX_PER_CALL + 1} rounds): the call was stopped") from None
         except MCPError as exc:
             if self.login_needed is not None:
                 self._retire(run)

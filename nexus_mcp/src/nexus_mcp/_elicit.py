@@ -77,7 +77,7 @@ def check_form(schema: Any) -> list[Field]:
     enum), a number, an integer, a boolean, or an array of enum strings (a multi-select)."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise SchemaRefused("the requested schema must be an object schema ({\"type\": \"object\", ...})")
-    properties = schema.get("properties") or {}
+    properties = schema.get("properties", {})
     if not isinstance(properties, dict):
         raise SchemaRefused("the requested schema's properties must be an object")
     if len(properties) > MAX_FIELDS:
