@@ -97,6 +97,9 @@ def test_a_server_needing_a_login_says_so_and_is_not_started(tmp_path: Path, oau
         assert status.error == ("MCP server 'docs' needs a login: run `nexus mcp login docs` (it opens the "
                                 "server's sign-in page in your browser)")
         assert status.running is False
+        doctor = nx.plugin("nexus.mcp.client").nexus_doctor()
+        assert f"error: {status.error}" in doctor
+        assert any(line.startswith("MCP OAuth tokens: one 0600 file per server in ") for line in doctor)
     assert oauth_server.grants() == []
 
 
