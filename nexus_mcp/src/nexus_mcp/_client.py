@@ -362,11 +362,14 @@ class McpClient:
             log.info("nexus.mcp.client: MCP server %r asked the user something; declined: %s", server, reason)
             return types.ElicitResult(action="decline", _meta={REASON_KEY: reason})
 
+        if not waiting:
+            return declined("the server asked while none of its tools' calls was running: only a call's questions "
+                            "are put to the person, who knows what they are answering for")
         approvers = {id(item.approver): item.approver for item in waiting}
         if len(approvers) > 1:
             return declined("several calls with different front ends were waiting on this server: which person "
                             "should answer cannot be told, so no one is asked")
-        approver = next(iter(approvers.values())) if approvers else None
+        approver = next(iter(approvers.values()))
         if approver is None:
             approver = self.nexus.approver
         if approver is None:

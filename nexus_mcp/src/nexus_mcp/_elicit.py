@@ -33,6 +33,10 @@ MAX_FIELDS = 20
 MAX_MESSAGE = 4000
 #: requests one call may make; past that they are refused (a server asking in a loop)
 MAX_PER_CALL = 20
+#: choices one enum field may offer
+MAX_CHOICES = 100
+#: characters of a field's title and of its description shown
+MAX_TITLE, MAX_DESCRIPTION = 200, 1000
 #: times a field is asked again after a wrong answer, before the form is declined
 MAX_TRIES = 3
 #: where a decline says why, in the response's `_meta`
@@ -110,21 +114,32 @@ def check_form(schema: Any) -> list[Field]:
             raise SchemaRefused(f"property {name!r}: each option needs a `const`") from None
         if kind == "array" and not options:
             raise SchemaRefused(f"property {name!r}: a multi-select needs options")
+        if len(options) > MAX_CHOICES:
+            raise SchemaRefused(f"property {name!r} offers {len(options)} choices; at most {MAX_CHOICES} are shown")
         fields.append(one)
     return fields
 
 
-def _cut(text: str) -> str:
-    if len(text) <= MAX_MESSAGE:
+def _cut(text: str, limit: int = MAX_MESSAGE, what: str = "the server's message") -> str:
+    if len(text) <= limit:
         return text
-    return f"{text[:MAX_MESSAGE]}\n[... {len(text) - MAX_MESSAGE} more characters of the server's message not shown]"
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters of {what} not shown]"
+
+
+def _default(field: Field) -> tuple[bool, Any]:
+    """Whether the field has a default that fits its own schema, and that default (a server's
+    default is an answer the person gives by pressing Enter: one that does not fit is none)."""
+    if "default" not in field.schema:
+        return False, None
+    value = field.schema["default"]
+    return (not _check(field, value)), value
 
 
 def _describe(field: Field) -> str:
     """The line under the server's message that says what this field is."""
     schema = field.schema
     title = schema.get("title")
-    head = f"{title} ({field.name})" if isinstance(title, str) and title else field.name
+    head = f"{_cut(title, MAX_TITLE, 'the title')} ({field.name})" if isinstance(title, str) and title else field.name
     parts = [field.kind if field.kind != "array" else "one or more, separated by commas"]
     if isinstance(schema.get("format"), str):
         parts.append(schema["format"])
@@ -134,14 +149,15 @@ def _describe(field: Field) -> str:
     if "minLength" in schema or "maxLength" in schema:
         bounds = [b + " characters" for b in bounds]
     parts.extend(bounds)
-    if "default" in schema:
-        parts.append(f"Enter for {json.dumps(schema['default'], ensure_ascii=False)}")
+    has_default, default = _default(field)
+    if has_default:
+        parts.append(f"Enter for {_cut(json.dumps(default, ensure_ascii=False), MAX_TITLE, 'the default')}")
     elif not field.required:
         parts.append("optional: Enter to leave it out")
     line = f"{head}: {'; '.join(parts)}"
     description = schema.get("description")
     if isinstance(description, str) and description:
-        line += f"\n{description}"
+        line += f"\n{_cut(description, MAX_DESCRIPTION, 'the description')}"
     return line
 
 
@@ -244,8 +260,9 @@ class Asker:
                     return Outcome("decline", reason=answer.text)
                 reply = answer.text
                 if reply.strip() == "":
-                    if "default" in field.schema:
-                        content[field.name] = field.schema["default"]
+                    has_default, default = _default(field)
+                    if has_default:
+                        content[field.name] = default
                         break
                     if not field.required:
                         break
