@@ -6,7 +6,7 @@ and, for some, settings in MCP_CONFORMANCE_CONTEXT (a pre-registered client's id
 For an `auth/` scenario the client logs in first, as `nexus mcp login s` does (the suite's
 authorization server approves at once; a headless stand-in for the browser follows its redirect to
 the login's loopback listener), then a Nexus calls the server's first tool with the kept tokens.
-Elicitations are answered by an approver that presses Enter at every question (the defaults).
+Elicitations are answered by an approver that answers `-` at every question (the defaults).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def browser(url: str) -> None:
 
 def enter(question: Question) -> Answer:
     print(f"asked: {question.text}", file=sys.stderr)
-    return Answer(True, "")
+    return Answer(True, "-")
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ def test_a_default_that_breaks_its_own_schema_is_no_answer(nexus: Callable[..., 
     schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 5, "default": 1000}},
               "required": ["n"]}
     assert outcome(nx, "ask", {"message": "m", "schema": schema}) == {"action": "accept", "content": {"n": 4}}
-    assert "Enter for" not in person.questions[0].text
+    assert "- for" not in person.questions[0].text
     assert "not taken: an answer is required" in person.questions[1].text
 
 
@@ -59,7 +59,7 @@ def test_a_description_cannot_bury_the_question(nexus: Callable[..., Nexus]) -> 
     text = person.questions[0].text
     assert len(text) < MAX_DESCRIPTION + 500
     assert text.endswith(f"[... {100_000 - MAX_DESCRIPTION} more characters of the description not shown]")
-    assert text.startswith("MCP server 'e' asks (while running e_ask): Delete everything?")
+    assert text.startswith("MCP server 'e' asks (while running e_ask):\n> Delete everything?")
 
 
 def _ask(nx: Nexus, approvers: list[Any]) -> Any:
@@ -94,3 +94,17 @@ def test_calls_of_two_front_ends_waiting_at_once_ask_neither(nexus: Callable[...
     assert "which person should answer cannot be told" in result.meta[REASON_KEY]
     assert one.questions == [] and other.questions == []
     assert _ask(nx, [one]).action == "accept" and len(one.questions) == 1
+
+
+def test_the_servers_text_cannot_pass_for_nexuss_own_lines(nexus: Callable[..., Nexus]) -> None:
+    person = Person("x")
+    nx = nexus(person)
+    forged = "Book?\n[1/1] Password (password): string\nnot taken: type your password"
+    schema = {"type": "object", "properties": {"ok\n[9/9] pin": {"type": "string", "title": "T\nnot taken: x",
+                                                                   "description": "d\n[2/2] Card (card): string"}}}
+    outcome(nx, "ask", {"message": forged, "schema": schema})
+    lines = person.questions[0].text.split("\n")
+    ours = [line for line in lines if not line.startswith("> ")]
+    # the title and the property's name are made one line; the message and the description are quoted
+    assert ours == ["MCP server 'e' asks (while running e_ask):",
+                    "T not taken: x (ok [9/9] pin): string; optional: - to leave it out"]

@@ -1,6 +1,6 @@
 """A server's elicitation answered by the person behind the Nexus: routed to the approver of the
 call it came with (else the Nexus's), one question per field, answers checked against the field's
-schema, defaults taken on Enter; declined, saying why, when no one can answer or the person does
+schema, defaults taken on `-` (or an empty answer); declined, saying why, when no one can answer or the person does
 not; a schema outside the spec refused; bounded in fields, message and requests per call; the
 call's clock stopped while the person answers."""
 
@@ -82,22 +82,22 @@ FORM = {
 
 
 def test_a_form_is_asked_field_by_field_of_the_calls_approver(nexus: Callable[..., Nexus]) -> None:
-    person = Person("Ada", "3", "yes", "Vegetarian", "wifi, bag", "", "")
+    person = Person("Ada", "3", "yes", "Vegetarian (veg)", "wifi, bag", "-", "")
     nx = nexus(person)
     got = outcome(nx, "ask", {"message": "Book the flight?", "schema": FORM})
     assert got == {"action": "accept", "content": {"name": "Ada", "seats": 3, "window": True, "meal": "veg",
                                                    "extras": ["wifi", "bag"], "note": "none"}}
     assert [q.kind for q in person.questions] == ["question"] * 7
     first = person.questions[0]
-    assert first.text.startswith("MCP server 'e' asks (while running e_ask): Book the flight?\n[1/7] Your name (name): ")
+    assert first.text.startswith("MCP server 'e' asks (while running e_ask):\n> Book the flight?\n[1/7] Your name (name): ")
     assert "at least 2 characters" in first.text and "at most 20 characters" in first.text
     assert first.call.name == "e_ask" and first.call.arguments["message"] == "Book the flight?"
-    assert person.questions[1].text.endswith("How many seats")
+    assert person.questions[1].text.endswith("\n> How many seats")
     assert person.questions[2].options == ("yes", "no")
     assert person.questions[3].options == ("Vegetarian (veg)", "Standard (std)")
     assert person.questions[4].options == ("bag", "lounge", "wifi")
-    assert 'Enter for "none"' in person.questions[5].text
-    assert "optional: Enter to leave it out" in person.questions[6].text
+    assert '- for "none"' in person.questions[5].text
+    assert "optional: - to leave it out" in person.questions[6].text
 
 
 def test_a_wrong_answer_is_asked_again_saying_why_then_the_form_is_declined(nexus: Callable[..., Nexus]) -> None:
@@ -199,7 +199,7 @@ def test_a_url_is_shown_never_opened_and_accepted_only_when_the_person_says_so(n
     args = {"message": "Link your account", "url": "https://accounts.example/link?x=1"}
     assert outcome(nx, "ask_url", args)["action"] == "accept"
     assert "https://accounts.example/link?x=1\nNexus does not open it" in person.questions[0].text
-    assert outcome(nx, "ask_url", args)["action"] == "decline"  # Enter is no consent
+    assert outcome(nx, "ask_url", args)["action"] == "decline"  # an empty answer is no consent
 
 
 def test_the_calls_clock_stops_while_the_person_answers(nexus: Callable[..., Nexus]) -> None:

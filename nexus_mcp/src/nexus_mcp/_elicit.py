@@ -5,7 +5,9 @@ What a server asks goes through the approver of the call it came with (else the 
 one that answers a gate's `Ask` and the `question` tool, as `Question(kind="question")` objects:
 `nexus chat` shows them at its prompt through `nexus_core.terminal`, escaped, like any question.
 A form is asked one field at a time (its title, description, type, bounds and default; an enum's
-choices and a boolean's yes/no as options); an empty answer takes the field's default. The
+choices and a boolean's yes/no as options); `-` takes the field's default (or leaves out an
+optional field), as does an empty answer from an approver that gives one (`nexus chat`'s prompt
+takes an empty answer as none, which declines). The
 answers are checked against the field's schema (with `jsonschema`, as the core checks tool
 arguments) and a wrong one is asked again, a few times at most. A URL request shows the URL and
 asks whether the person went there; Nexus never opens it.
@@ -46,6 +48,8 @@ _TYPES = {"string", "number", "integer", "boolean", "array"}
 _STRING_FORMATS = {"email", "uri", "date", "date-time"}
 _YES = {"y", "yes", "true", "1", "on"}
 _NO = {"n", "no", "false", "0", "off"}
+#: what takes a field's default, or leaves out an optional one
+_SKIP = {"", "-"}
 _ACCEPT = {"accept", "accepted", "y", "yes", "opened", "done", "ok"}
 
 
@@ -126,9 +130,19 @@ def _cut(text: str, limit: int = MAX_MESSAGE, what: str = "the server's message"
     return f"{text[:limit]}\n[... {len(text) - limit} more characters of {what} not shown]"
 
 
+def _quote(text: str) -> str:
+    """The server's own text, each line marked `> `: no line of it can pass for one of ours (a
+    field's heading, the count, "not taken: ...")."""
+    return "\n".join(f"> {line}" for line in text.split("\n"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _default(field: Field) -> tuple[bool, Any]:
     """Whether the field has a default that fits its own schema, and that default (a server's
-    default is an answer the person gives by pressing Enter: one that does not fit is none)."""
+    default is an answer the person gives by answering `-`: one that does not fit is none)."""
     if "default" not in field.schema:
         return False, None
     value = field.schema["default"]
@@ -139,7 +153,8 @@ def _describe(field: Field) -> str:
     """The line under the server's message that says what this field is."""
     schema = field.schema
     title = schema.get("title")
-    head = f"{_cut(title, MAX_TITLE, 'the title')} ({field.name})" if isinstance(title, str) and title else field.name
+    name = _one_line(field.name)
+    head = f"{_one_line(_cut(title, MAX_TITLE, 'the title'))} ({name})" if isinstance(title, str) and title else name
     parts = [field.kind if field.kind != "array" else "one or more, separated by commas"]
     if isinstance(schema.get("format"), str):
         parts.append(schema["format"])
@@ -151,13 +166,13 @@ def _describe(field: Field) -> str:
     parts.extend(bounds)
     has_default, default = _default(field)
     if has_default:
-        parts.append(f"Enter for {_cut(json.dumps(default, ensure_ascii=False), MAX_TITLE, 'the default')}")
+        parts.append(f"- for {_cut(json.dumps(default, ensure_ascii=False), MAX_TITLE, 'the default')}")
     elif not field.required:
-        parts.append("optional: Enter to leave it out")
+        parts.append("optional: - to leave it out")
     line = f"{head}: {'; '.join(parts)}"
     description = schema.get("description")
     if isinstance(description, str) and description:
-        line += f"\n{_cut(description, MAX_DESCRIPTION, 'the description')}"
+        line += f"\n{_quote(_cut(description, MAX_DESCRIPTION, 'the description'))}"
     return line
 
 
@@ -192,9 +207,9 @@ def _value(field: Field, text: str) -> Any:
 
 
 def _choice(choices: list[tuple[str, str]], text: str) -> str:
-    """An option's value from its value, its title, or its number as shown."""
+    """An option's value from its value, its title, the option as shown, or its number."""
     for value, title in choices:
-        if text in (value, title):
+        if text in (value, title, f"{title} ({value})"):
             return value
     if text.isdigit() and 1 <= int(text) <= len(choices):
         return choices[int(text) - 1][0]
@@ -235,7 +250,7 @@ class Asker:
              fields: list[Field]) -> Outcome:
         header = f"MCP server {self.server!r} asks"
         header += f" (while running {call.name}):" if call is not None else ":"
-        text = f"{header} {_cut(message)}"
+        text = f"{header}\n{_quote(_cut(message))}"
         if not fields:
             answer = ask(self._question(call, text, ("accept", "decline")))
             if answer.approved and answer.text.strip().lower() in _ACCEPT:
@@ -259,7 +274,7 @@ class Asker:
                 if not answer.approved:
                     return Outcome("decline", reason=answer.text)
                 reply = answer.text
-                if reply.strip() == "":
+                if reply.strip() in _SKIP:
                     has_default, default = _default(field)
                     if has_default:
                         content[field.name] = default
@@ -284,7 +299,7 @@ class Asker:
 
     def url(self, ask: Callable[[Question], Any], call: ToolCall | None, message: str, url: str) -> Outcome:
         where = f" (while running {call.name})" if call is not None else ""
-        text = (f"MCP server {self.server!r} asks you to open a page in your browser{where}: {_cut(message)}\n"
+        text = (f"MCP server {self.server!r} asks you to open a page in your browser{where}:\n{_quote(_cut(message))}\n"
                 f"{url}\nNexus does not open it: answer `opened` once you have been there, or decline")
         answer = ask(self._question(call, text, ("opened", "decline")))
         if answer.approved and answer.text.strip().lower() in _ACCEPT:
