@@ -30,7 +30,7 @@ class NoDeletes:
     @hookimpl
     def nexus_before_tool_invoke(self, call, tool):
         command = str(call.arguments.get("command", ""))
-        if tool.name in ("shell", "bash") and ("rm " in command or "unlink " in command):
+        if tool.name == "shell" and ("rm " in command or "unlink " in command):  # also `bash`: one identity
             return Veto("deleting files is not allowed in this demo")
 
 

@@ -51,6 +51,18 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield state
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point XDG_CONFIG_HOME at a temporary folder for the whole run: the `nexus` command line
+    keeps its record of trusted configs below it (docs/configuration.md), and a test run must
+    neither read the developer's records nor leave its own in their home directory."""
+    with pytest.MonkeyPatch.context() as patch:
+        home = tmp_path_factory.mktemp("xdg_config")
+        patch.setenv("XDG_CONFIG_HOME", str(home))
+        patch.delenv("NEXUS_TRUST_FILE", raising=False)
+        yield home
+
+
 def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
     if proc.returncode != 0:

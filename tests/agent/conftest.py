@@ -17,6 +17,7 @@ import yaml
 from fakes.providers import FakeProviders
 
 from nexus_core import ToolCall, ToolDef, Veto, hookimpl
+from nexus_core._trust import record_trust
 
 #: an API key no test output may ever contain
 API_KEY = "sk-nexus-test-" + os.urandom(12).hex()
@@ -62,7 +63,12 @@ class Workspace:
             sections["active"] = active
         data = {"workspace": str(self.root), "session_dir": str(self.sessions), "model": model,
                 "skills": [str(self.root / "skills")], "plugins": sections}
-        self.config_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        text = yaml.safe_dump(data)
+        self.config_path.write_text(text, encoding="utf-8")
+        # the person trusts the config they wrote (`nexus trust`): the command line runs in the
+        # workspace, where an untrusted nexus.yaml would not load (the record is the test run's,
+        # below its XDG_CONFIG_HOME, which the `nexus` subprocesses inherit)
+        record_trust(self.config_path, text.encode("utf-8"))
         return data
 
     def files_written(self) -> list[Path]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from fakes.providers import Call, FakeProviders, anthropic_message, chat_complet
 from nexus_agent import read_transcript
 
 from .conftest import API_KEY, GATE_ENV, RunNexus, Workspace, subprocess_env
+from .pty_terminal import Terminal
 from .stalling import Answer, Stall, StallingServer
 
 
@@ -146,7 +145,7 @@ def test_ask_without_a_model_says_how_to_give_one(workspace: Workspace, run_nexu
     config = workspace.config()
     del config["model"]
     workspace.config_path.write_text(yaml.safe_dump(config))
-    proc = run_nexus("ask", "hi")
+    proc = run_nexus("--trust-config", "ask", "hi")  # the test's own edit of its trusted config
     assert proc.returncode == 2 and "no model: pass --model provider:model" in proc.stderr
 
 
@@ -193,7 +192,8 @@ def test_chat_asks_at_the_prompt(fake: FakeProviders, workspace: Workspace, run_
     assert proc.returncode == 0, proc.stderr
     assert (workspace.root / "a.txt").read_text() == "A" and not (workspace.root / "b.txt").exists()
     out = proc.stdout
-    assert "? allow write {\"path\": \"a.txt\", \"content\": \"A\"}\n  May the agent run write" in out
+    assert ("? allow write {\"path\": \"a.txt\", \"content\": \"A\"}\n  asked by test.ask_gate:\n"
+            "  | May the agent run write {'path': 'a.txt', 'content': 'A'}?\n  from: a direct call, not from a script\n") in out
     assert "  tool write {\"path\": \"b.txt\", \"content\": \"B\"} -> error: vetoed: denied by the user: not b, it is mine" in out
     assert "? Which format?\n  1) csv\n  2) json\n" in out
     assert '  tool question {"question": "Which format?", "options": ["csv", "json"]} -> ok, 1 line' in out
@@ -214,57 +214,6 @@ def test_help_lists_the_agent_commands(run_nexus: RunNexus) -> None:
     assert "chat" in proc.stdout and "ask" in proc.stdout
     proc = run_nexus("ask", "--help")
     assert "--yes" in proc.stdout and "--json" in proc.stdout and "--model" in proc.stdout
-
-
-class Terminal:
-    """`nexus` on a real pseudo-terminal: what it prints is read from the master side, keys are
-    typed into it (Ctrl-C there is a real SIGINT from the terminal driver)."""
-
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: exec at once, nothing else
-            try:
-                os.chdir(cwd)
-                os.execve(sys.executable, [sys.executable, "-m", "nexus_core.cli", *args], env)
-            finally:
-                os._exit(127)
-        self.output = ""
-
-    def read_until(self, text: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{text!r} did not appear; the terminal shows:\n{self.output}")
-            ready, _, _ = select.select([self.fd], [], [], min(left, 1))
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:  # the child is gone
-                    chunk = b""
-                if not chunk:
-                    raise AssertionError(f"the terminal closed before {text!r}:\n{self.output}")
-                self.output += chunk.decode("utf-8", "replace").replace("\r\n", "\n")
-        return self.output
-
-    def type(self, keys: bytes) -> None:
-        os.write(self.fd, keys)
-
-    def wait(self, timeout: float = 60) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                ready, _, _ = select.select([self.fd], [], [], 0.2)
-                if ready:
-                    self.output += os.read(self.fd, 4096).decode("utf-8", "replace").replace("\r\n", "\n")
-            except OSError:
-                pass
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                os.close(self.fd)
-                return os.waitstatus_to_exitcode(status)
-        os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"nexus chat did not end:\n{self.output}")
 
 
 def test_ctrl_c_in_chat_stops_the_turn_not_the_chat(workspace: Workspace) -> None:
@@ -338,7 +287,8 @@ def test_chat_asks_about_concurrent_calls_one_at_a_time(fake: FakeProviders, wor
     assert len(asked) == 3
     for i in asked:  # each question whole: its call, then its gate's question
         path = json.loads(lines[i].removeprefix("? allow write "))["path"]
-        assert lines[i + 1] == f"  May the agent run write {{'path': '{path}', 'content': '{path[0]}'}}?"
+        assert lines[i + 1:i + 3] == ["  asked by test.ask_gate:",
+                                      f"  | May the agent run write {{'path': '{path}', 'content': '{path[0]}'}}?"]
     order = [json.loads(lines[i].removeprefix("? allow write "))["path"] for i in asked]
     written = {p.name for p in workspace.root.glob("*.txt")}
     assert written == {order[0], order[2]}  # the first and third answers were "y"

@@ -41,6 +41,10 @@ def test_the_pages_distribution_config_answers_with_nexus_ask(doc_workspace: Wor
     fake.script("openai.chat", chat_completion("I'll count them with one script.", [Call("run_code", {"script": script})]),
                 chat_completion("There is 1 Python file."))
     env = subprocess_env(OPENAI_BASE_URL=fake.url + "/v1", ANTHROPIC_BASE_URL=fake.url)
+    refused = run_nexus("--config", "agent.yaml", "ask", "How many Python files are there?", env=env)
+    assert refused.returncode == 2 and "nexus trust agent.yaml" in refused.stderr  # as the page says: trust it first
+    trusted = run_nexus("trust", "agent.yaml", env=env)
+    assert trusted.returncode == 0, trusted.stderr
     proc = run_nexus("--config", "agent.yaml", "ask", "How many Python files are there?", env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "I'll count them with one script.\nThere is 1 Python file.\n"

@@ -56,6 +56,32 @@ def test_the_scripts_calls_are_answered_by_the_run_code_calls_approver(workspace
     assert gate.events == [("start", call.id), ("end", call.id)]
 
 
+def test_the_question_says_which_script_makes_the_call(workspace: Workspace) -> None:
+    """`question.chain` holds the run_code call (its script), so a front end can say where the
+    call comes from and show the script; a direct call's question has an empty chain."""
+    from nexus_core.terminal import render_question
+
+    gate = AskBeforeWriting()
+    asked: list[Question] = []
+
+    def person(question: Question) -> bool:
+        asked.append(question)
+        return False
+
+    with Nexus.from_config(workspace.config(), plugins=[gate]) as nx:
+        call = ToolCall(name="run_code", arguments={"script": SCRIPT})
+        nx.invoke(call, approver=person)
+        nx.invoke("write", {"path": "direct.txt", "content": "x"}, approver=person)
+    inner, direct = asked
+    assert [(c.id, c.name, c.arguments) for c in inner.chain] == [(call.id, "run_code", {"script": SCRIPT})]
+    assert direct.chain == ()
+    shown = render_question(inner).text
+    assert f"  from: run_code call {call.id}" in shown
+    assert ' 4 |     tools.write(path="approved.txt", content="yes")' in shown  # marked > once the line is known
+    assert "  from: a direct call, not from a script" in render_question(direct).text
+    assert not (workspace.root / "approved.txt").exists() and not (workspace.root / "direct.txt").exists()
+
+
 def test_the_scripts_timeout_stands_still_while_a_person_decides(workspace: Workspace) -> None:
     """The person takes longer than the script's whole timeout; the script still finishes. (The
     timeout leaves the script's own work, one call, time enough on a busy machine.)"""

@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.host.runner import STOP_GRACE
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 
 from nexus_core import Nexus, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
@@ -62,6 +63,23 @@ SIGNALS = "signalling other processes is not allowed in run_code"
 
 def file_refused(path: str) -> str:
     return f"access to {path!r} is not allowed in run_code"
+
+
+#: what the end of a run says of a call of the range's `nap` still running: it sleeps through its
+#: call's cancel (a tool that cannot be stopped), so the run waits STOP_GRACE for it and says so
+NAP_STILL_RUNNING = f"nap (still running after {STOP_GRACE:g}s: it did not stop when asked, its effect may yet happen)"
+
+
+def stopped_calls(error: str | None, head: str) -> list[str]:
+    """`error` is `head` followed by what the run's end said of the inner calls still running
+    (`; 2 inner calls were still running and were stopped: nap (...), echo (...)`): those, sorted."""
+    assert error is not None and error.startswith(head + "; "), error
+    said = re.fullmatch(r"(\d+) inner calls? (?:was|were) still running and (?:was|were) stopped: (.*)",
+                        error[len(head) + 2:])
+    assert said is not None, error
+    calls = re.split(r"(?<=\)), ", said.group(2))
+    assert int(said.group(1)) == len(calls), error
+    return sorted(calls)
 
 
 # -- processes, fds, scratch folders --------------------------------------------------------------

@@ -106,6 +106,25 @@ def test_clashing_tool_names_get_distinct_functions(build: Any) -> None:
     assert len(set(bindings.functions)) == 2
 
 
+def test_the_tool_whose_name_it_is_keeps_a_python_name_and_the_other_is_said_to_be_renamed(build: Any) -> None:
+    """`foo-bar` sorts first, and used to take `foo_bar` from the tool called that (issue 21);
+    now the exact name wins, and the other's stub and the description say where it went."""
+    tools, bindings = build(tool("foo-bar"), tool("foo_bar"))
+    assert bindings.functions == {"foo_bar": "foo_bar", "foo_bar_2": "foo-bar"}
+    note = "tool 'foo-bar' is tools.foo_bar_2 here: its Python name tools.foo_bar is the name of tool 'foo_bar'"
+    assert bindings.renamed == {"foo-bar": note}
+    assert bindings.stub_of("foo-bar").startswith(f"# {note}\n")
+    assert "# 1 tool bound under another name (their Python name is another's; each stub says which): foo-bar" \
+        in bindings.stubs
+    assert tools.foo_bar_2.__name__ == "foo_bar_2"
+
+
+def test_where_no_tool_has_the_name_exactly_none_gets_it(build: Any) -> None:
+    _, bindings = build(tool("class-"), tool("class"))  # both are `class_` in Python
+    assert bindings.functions == {"class__2": "class", "class__3": "class-"}
+    assert all("which is none of theirs exactly" in note for note in bindings.renamed.values())
+
+
 # -- JSON names kept through aliases --------------------------------------------------------
 
 
@@ -357,3 +376,49 @@ def test_unicode_tool_names_give_callable_functions(build: Any, name: str) -> No
     tools, bindings = build(tool(name))
     [(fname, tname)] = bindings.functions.items()
     assert tname == name and callable(getattr(tools, fname))
+
+
+# -- the module a child makes: one piece per tool, run when first used ---------------------------
+
+
+def test_a_childs_tools_module_runs_each_piece_when_first_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "_nexus_rt", runtime)
+    bindings = generate([tool("first", {"type": "object", "properties": {"x": {"type": "string"}}}),
+                         tool("second", output_schema={"type": "object", "properties": {"n": {"type": "integer"}}})])
+    module = runtime.bindings_module(runtime.compile_pieces(bindings.payload))
+    assert "first" not in vars(module) and "FirstArgs" not in vars(module)  # nothing run yet
+    assert module.FirstArgs(x="a").x == "a"  # the class's piece runs, and its function with it
+    assert "first" in vars(module) and "second" not in vars(module)
+    assert typing.get_type_hints(module.second)["return"] is module.SecondResult
+    assert sorted(module.__all__) == sorted([*bindings.names - {"attrs", "Any", "Literal"} - {
+        n for n in bindings.names if n.startswith("_")}])
+    assert {"first", "second", "FirstArgs", "SecondResult"} <= set(dir(module))
+    monkeypatch.setitem(sys.modules, "tools", module)
+    namespace: dict[str, Any] = {}
+    exec("from tools import *", namespace)  # a star import makes every piece
+    assert {"first", "second", "SecondResult", "ToolFailed"} <= set(namespace)
+
+
+def test_a_piece_that_fails_to_load_fails_its_tool_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "_nexus_rt", runtime)
+    payload = generate([tool("good", {"type": "object", "properties": {"x": {"type": "string"}}})]).payload
+    bad = {"tool": "bad", "function": "bad", "names": ["BadArgs", "bad"], "source": "raise OSError('no')\n"}
+    module = runtime.bindings_module(runtime.compile_pieces({**payload, "pieces": [*payload["pieces"], bad]}))
+    with pytest.raises(runtime.ToolFailed, match=r"bad: the bindings of tool 'bad' could not be loaded in the "
+                                                 r"sandbox \(OSError: no\)"):
+        module.bad()
+    with pytest.raises(AttributeError, match="tools.BadArgs is not available: the bindings of tool 'bad'"):
+        module.BadArgs  # noqa: B018
+    assert module.GoodArgs(x="y").x == "y"
+
+
+def test_an_alias_is_one_line_unless_its_python_name_is_taken(build: Any) -> None:
+    shell = ToolDef(name="shell", handler=_noop, aliases=("bash", "foo-bar"),
+                    input_schema={"type": "object", "properties": {"command": {"type": "string"}}})
+    tools, bindings = build(shell, tool("foo_bar"))
+    assert tools.bash is tools.shell and "foo_bar_2" not in bindings.functions
+    assert bindings.functions["bash"] == "shell" and bindings.aliases == {"bash": ("bash", "shell")}
+    assert "\nbash = shell" in bindings.stub_of("shell") and bindings.stub_of("bash") == "bash = shell"
+    assert bindings.renamed == {"foo-bar": "alias 'foo-bar' of tool 'shell' is not in the bindings: its Python "
+                                           "name tools.foo_bar is taken (call tools.shell)"}
+    assert bindings.api["bash"].signature == "bash(*, command: str | None = None) -> Result"

@@ -20,7 +20,7 @@ from nexus_tool_code_exec.child import runtime
 from nexus_tool_code_exec.host.bindings import BindingsCache, generate
 from nexus_tool_code_exec.host.engine import API_TOOL
 
-from nexus_core import Nexus, ToolDef, native_tool, tool
+from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl, native_tool, tool
 from nexus_tool_code_exec import engine_for
 
 CE = "nexus.tool.code_exec"
@@ -58,7 +58,11 @@ def stub_signatures(stubs: str) -> dict[str, inspect.Signature]:
     module: they are Python; their annotations stay text)."""
     namespace: dict[str, Any] = {}
     exec(compile("from __future__ import annotations\n" + stubs, "stubs", "exec"), namespace)
-    functions = [node.name for node in ast.parse(stubs).body if isinstance(node, ast.FunctionDef)]
+    tree = ast.parse(stubs).body
+    functions = [node.name for node in tree if isinstance(node, ast.FunctionDef)]
+    # an alias is one line, `bash = shell`: the same function under another name
+    functions += [node.targets[0].id for node in tree if isinstance(node, ast.Assign)
+                  and isinstance(node.value, ast.Name) and node.value.id in functions]
     return {name: inspect.signature(namespace[name]) for name in functions}
 
 
@@ -147,6 +151,45 @@ def test_exposure_decides_bindings_and_schemas(tmp_path: Path) -> None:
         assert result.output == "K"
         result = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.direct_only()\n"})
         assert result.error == "script rejected: line 4: no tool 'direct_only' (the tools: lookup, shout)"
+
+
+class ShellGate:
+    """The gate docs/writing-a-gate.md shows: it asks about `shell` by the tool's name."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        self.seen.append((call.name, tool.name))
+        return Veto("no shell from scripts") if tool.name == "shell" else None
+
+
+def test_an_alias_is_one_line_and_reaches_the_gates_as_its_tool(tmp_path: Path) -> None:
+    """`bash` is an alias of `shell` (one ToolDef): the bindings show it as `bash = shell`, and a
+    call through `tools.bash` is the shell's call, so a gate written for `shell` vetoes it."""
+    gate = ShellGate()
+    with default_nexus(tmp_path) as nx:
+        nx.register(gate)
+        shell = nx.tool("shell")
+        assert shell is not None and "bash" in shell.aliases
+        engine = engine_for(nx)
+        assert engine is not None
+        stub = engine.bindings().stub_of("shell")
+        assert "\nbash = shell\n" in stub + "\n" and stub.count("def ") == 1
+        assert engine.bindings().stub_of("bash") == "bash = shell"
+        assert "\nbash = shell\n" in nx.tool("run_code").description
+        script = ("import tools\n\ndef run(ctx):\n    try:\n        tools.bash(command='id')\n"
+                  "    except tools.ToolVetoed as exc:\n        return [tools.bash is tools.shell, exc.reason]\n")
+        result = nx.invoke("run_code", {"script": script})
+        assert result.output_structured == {"result": [True, "vetoed: no shell from scripts"]}, result.error
+        assert ("shell", "shell") in gate.seen  # the call is the shell's, by its own name
+        # a call forged by the alias's name reaches the same gate, as the same tool
+        forged = ("import typing\n\ndef run(ctx):\n    channel = typing.sys.modules['_nexus_rt']._channel\n"
+                  "    return channel.request({'t': 'call', 'name': 'bash', 'args': {'command': 'id'}})['result']\n")
+        result = nx.invoke("run_code", {"script": forged})
+        assert result.output_structured["result"]["error_kind"] == "vetoed", result
+        assert ("bash", "shell") in gate.seen
 
 
 # -- past max_listed_tools: groups and run_code_api -----------------------------------------

@@ -98,16 +98,17 @@ RunNexus = Callable[..., "subprocess.CompletedProcess[str]"]
 
 @pytest.fixture
 def run_nexus(tmp_path: Path) -> RunNexus:
-    """`run_nexus(*args, env=None, cwd=None, input=None)`: the `nexus` command as a real
-    subprocess of this interpreter (in `tmp_path` unless `cwd` is given); never raises for an
-    exit status."""
+    """`run_nexus(*args, env=None, cwd=None, input=None, trust_config=True)`: the `nexus` command
+    as a real subprocess of this interpreter (in `tmp_path` unless `cwd` is given); never raises
+    for an exit status. The test wrote the config it runs with, so it is trusted
+    (`--trust-config`); the tests of trust itself pass `trust_config=False`."""
 
     def run(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+            input: str | None = None, trust_config: bool = True) -> subprocess.CompletedProcess[str]:
         if env is None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
         return subprocess.run(
-            [sys.executable, "-m", "nexus_core.cli", *args],
+            [sys.executable, "-m", "nexus_core.cli", *(["--trust-config"] if trust_config else []), *args],
             capture_output=True, text=True, env=dict(env), cwd=cwd or tmp_path, input=input, timeout=60, check=False,
         )
 

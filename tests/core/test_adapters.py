@@ -284,7 +284,7 @@ def test_nexus_schemas_cli_prints_each_format(tmp_path: Path, capsys: pytest.Cap
     config.write_text("skills: []\nplugins:\n  active: [nexus.tool.todo]\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     for fmt in FORMATS:
-        assert cli_main(["--config", str(config), "schemas", "--format", fmt]) == 0
+        assert cli_main(["--trust-config", "--config", str(config), "schemas", "--format", fmt]) == 0
         printed = json.loads(capsys.readouterr().out)
         with Nexus.from_config(str(config)) as nx:
             assert printed == nx.schemas(fmt)

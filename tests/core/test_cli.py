@@ -194,6 +194,6 @@ def test_the_console_script_is_the_same_command(nexus: RunNexus, fake_plugins: F
     script = Path(sys.executable).parent / "nexus"
     if not script.is_file():
         pytest.skip("nexus_core is not installed with its console script here")
-    proc = subprocess.run([str(script), "call", "echo", '{"text": "from the script"}'], capture_output=True,
+    proc = subprocess.run([str(script), "--trust-config", "call", "echo", '{"text": "from the script"}'], capture_output=True,
                           text=True, env=fake_plugins.env(), cwd=project, timeout=60, check=False)
     assert (proc.returncode, proc.stdout) == (0, "from the script\n")

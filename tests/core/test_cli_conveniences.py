@@ -139,8 +139,8 @@ def test_completion_reads_no_config_and_starts_no_server(env: dict[str, str], tm
     assert complete(with_mcp, "nexus call ec", cwd=folder) == ["echo", "echo_twice"]
     assert complete(with_mcp, "nexus --config nexus.yaml tools e", cwd=folder) == ["echo", "echo_twice"]
     assert not configured.exists() and not started.exists()
-    # the same config, run for real, does both: the test above would have seen them
-    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "tools"], capture_output=True, text=True,
+    # the same config, run for real (trusted, as its person would), does both: the test above would have seen them
+    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "--trust-config", "tools"], capture_output=True, text=True,
                           timeout=120, env=with_mcp, cwd=folder, check=False)
     assert configured.exists(), proc.stderr
 

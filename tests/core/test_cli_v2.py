@@ -207,7 +207,8 @@ def test_output_cut_short_by_a_closed_pipe_ends_quietly(args: list[str], fake_pl
                                                         project: Path) -> None:
     """`nexus ... | head -1`: the reader goes away; no BrokenPipeError traceback, status 1 (as
     click and Python's own docs have it: the output was not all written)."""
-    proc = subprocess.Popen([sys.executable, "-m", "nexus_core.cli", *args], cwd=project, env=fake_plugins.env(),
+    proc = subprocess.Popen([sys.executable, "-m", "nexus_core.cli", "--trust-config", *args], cwd=project,
+                            env=fake_plugins.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the command has written anything: every write meets EPIPE

@@ -23,10 +23,10 @@ LAYERS: list[set[str]] = [
         "_cancel", "_content", "_converter", "_docstrings", "_errors", "_markers", "_models", "_regex", "_results",
         "_schema", "_typeschema", "_yaml", "hookspecs", "adapters", "adapters._calls", "adapters._common",
         "adapters._declare", "adapters._gemini", "adapters._jsonschema", "adapters._replies", "adapters._strict",
-        "content", "wire",
+        "content", "terminal", "wire",
     },
     {"_hookcalls", "_plugins"},  # the plugin manager, and how it calls observer and gate hooks
-    {"_config", "_llm", "_plugin", "_registry", "_tool", "llm", "skills"},  # registry, tools, config, models
+    {"_config", "_llm", "_plugin", "_registry", "_tool", "_trust", "llm", "skills"},  # registry, tools, config, models
     {"_invoke"},  # the one invocation path
     {"_nexus"},  # Nexus
     {  # what builds on a Nexus: toolkits, the command line, the pytest plugin, built-in plugins

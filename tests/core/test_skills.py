@@ -405,7 +405,7 @@ def test_the_skill_tool_validates_its_arguments(skills_dir: Path, make_nexus: Ca
 def test_nexus_skills_lists_them_and_reports_broken_files_on_stderr(
         skills_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write(tmp_path / "nexus.yaml", "skills: [./skills]\nplugins:\n  active: [nexus.skills]\n")
-    assert cli_main(["--config", str(config), "skills"]) == 0
+    assert cli_main(["--trust-config", "--config", str(config), "skills"]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 2
@@ -419,7 +419,7 @@ def test_nexus_skills_json(skills_dir: Path, tmp_path: Path, capsys: pytest.Capt
     import json
 
     config = write(tmp_path / "nexus.yaml", "skills: [./skills]\nplugins:\n  active: []\n")
-    assert cli_main(["--config", str(config), "skills", "--json"]) == 0
+    assert cli_main(["--trust-config", "--config", str(config), "skills", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in data["skills"]] == ["csv-tools", "pdf"]
     assert data["problems"][0]["line"] == 3
@@ -427,5 +427,5 @@ def test_nexus_skills_json(skills_dir: Path, tmp_path: Path, capsys: pytest.Capt
 
 def test_nexus_skills_with_none_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write(tmp_path / "nexus.yaml", "skills: [./empty]\nplugins:\n  active: []\n")
-    assert cli_main(["--config", str(config), "skills"]) == 0
+    assert cli_main(["--trust-config", "--config", str(config), "skills"]) == 0
     assert "no skills found in:" in capsys.readouterr().out

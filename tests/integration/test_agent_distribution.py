@@ -43,6 +43,8 @@ def test_the_documented_distribution_is_a_working_agent(fresh_venv, tmp_path: Pa
                           chat_completion("Reading it.", [Call("run_code", {"script": script})]),
                           chat_completion("The meeting is at noon."))
     key = "sk-distribution-test-key"
+    trusted = venv.run("nexus", "trust", "agent.yaml", cwd=work)  # as the page says: once, before its use
+    assert trusted.returncode == 0, trusted.stderr
     proc = venv.run("nexus", "--config", "agent.yaml", "ask", "When is the meeting?", cwd=work,
                     env={"OPENAI_API_KEY": key, "OPENAI_BASE_URL": fake_providers.url + "/v1"}, timeout=120)
     assert proc.returncode == 0, proc.stderr

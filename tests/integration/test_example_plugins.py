@@ -57,6 +57,7 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
 
     policy = tmp_path / "metric.yaml"
     policy.write_text("plugins:\n  nexus.example.gate:\n    deny:\n      convert: {to_unit: [mi, yd]}\n")
+    assert venv.run("nexus", "trust", str(policy), cwd=tmp_path).returncode == 0  # as the guide says
     vetoed = venv.run("nexus", "--config", str(policy), "call", "convert",
                       '{"value": 5, "from_unit": "km", "to_unit": "mi"}', cwd=tmp_path)
     assert vetoed.returncode == 1
@@ -68,7 +69,7 @@ def test_example_tool_and_gate_plugins_through_the_cli(fresh_venv, wheelhouse, t
     # A misspelt key in the gate's section: exit 2, naming the key, its file and line.
     typo = tmp_path / "typo.yaml"
     typo.write_text("plugins:\n  nexus.example.gate:\n    denny: {}\n")
-    wrong = venv.run("nexus", "--config", str(typo), "call", "convert", "{}", cwd=tmp_path)
+    wrong = venv.run("nexus", "--trust-config", "--config", str(typo), "call", "convert", "{}", cwd=tmp_path)
     assert wrong.returncode == 2
     assert f"{typo}:3: plugins.nexus.example.gate.denny: unknown key" in wrong.stderr
     assert wrong.stdout == ""

@@ -171,8 +171,9 @@ class FakePlugins:
 
 def run_nexus(*args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None,
               timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The `nexus` command of this venv, as a user runs it."""
-    return subprocess.run([str(BIN / "nexus"), *args], cwd=cwd, env=env, input=input, capture_output=True,
+    """The `nexus` command of this venv, as a user runs it, who trusts the config the test
+    wrote (`--trust-config`)."""
+    return subprocess.run([str(BIN / "nexus"), "--trust-config", *args], cwd=cwd, env=env, input=input, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -182,8 +183,8 @@ class HttpServe:
 
     def __init__(self, config: Path, env: dict[str, str], *extra: str, host: str = "127.0.0.1") -> None:
         address = f"[{host}]:0" if ":" in host else f"{host}:0"
-        self.process = subprocess.Popen([str(BIN / "nexus"), "--config", str(config), "mcp", "serve", "--http",
-                                         address, *extra], env=env, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen([str(BIN / "nexus"), "--trust-config", "--config", str(config), "mcp", "serve",
+                                         "--http", address, *extra], env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         assert self.process.stderr is not None
         self.stderr: list[str] = []

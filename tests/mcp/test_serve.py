@@ -115,7 +115,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
 
 
 def stdio_params(config: Path, env: dict[str, str]) -> StdioServerParameters:
-    return StdioServerParameters(command=str(BIN / "nexus"), args=["--config", str(config), "mcp", "serve"],
+    return StdioServerParameters(command=str(BIN / "nexus"), args=["--trust-config", "--config", str(config), "mcp", "serve"],
                                  env={"PYTHONPATH": env["PYTHONPATH"]}, cwd=config.parent)
 
 
@@ -189,7 +189,7 @@ def test_nothing_but_protocol_on_stdout(served: tuple[Path, dict[str, str]]) -> 
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "shout", "arguments": {"text": "x"}}},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "shout", "arguments": {"text": "y"}}},
     ]
-    process = subprocess.Popen([str(BIN / "nexus"), "--config", str(config), "mcp", "serve"], env=env,
+    process = subprocess.Popen([str(BIN / "nexus"), "--trust-config", "--config", str(config), "mcp", "serve"], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None
     replies = []
@@ -210,7 +210,7 @@ def test_nothing_but_protocol_on_stdout(served: tuple[Path, dict[str, str]]) -> 
 
 def test_sigterm_stops_the_server_and_the_mcp_servers_it_started(served: tuple[Path, dict[str, str]]) -> None:
     config, env = served
-    process = subprocess.Popen([str(BIN / "nexus"), "--config", str(config), "mcp", "serve"], env=env,
+    process = subprocess.Popen([str(BIN / "nexus"), "--trust-config", "--config", str(config), "mcp", "serve"], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None
     for message in (
@@ -359,7 +359,7 @@ def test_the_mcp_inspector_cli(served: tuple[Path, dict[str, str]], tmp_path: Pa
     config, env = served
     # the Inspector reads --config itself, so the Nexus config goes by NEXUS_CONFIG
     command = ["-e", f"NEXUS_CONFIG={config}", "-e", f"PYTHONPATH={env['PYTHONPATH']}", str(BIN / "nexus"),
-               "mcp", "serve"]
+               "--trust-config", "mcp", "serve"]
     listed = inspector(*command, "--method", "tools/list", env=env, cwd=tmp_path)
     by_name = {t["name"]: t for t in listed["tools"]}
     assert {"shout", "run_code", "time_get_current_time"} <= set(by_name)

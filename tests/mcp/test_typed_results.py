@@ -68,7 +68,7 @@ def test_nexus_mcp_serve_wraps_a_result_that_is_not_an_object(tmp_path: Path) ->
     seen: dict[str, Any] = {}
 
     async def session() -> None:
-        params = StdioServerParameters(command=str(BIN / "nexus"), args=["--config", str(config), "mcp", "serve"],
+        params = StdioServerParameters(command=str(BIN / "nexus"), args=["--trust-config", "--config", str(config), "mcp", "serve"],
                                        env=env, cwd=str(tmp_path))
         async with Client(stdio_client(params), cache=None) as client:
             seen["tools"] = {t.name: t for t in (await client.list_tools()).tools}
@@ -91,7 +91,7 @@ def test_nexus_mcp_serve_wraps_a_result_that_is_not_an_object(tmp_path: Path) ->
 def test_a_nexus_client_unwraps_it_and_its_binding_returns_the_int(
         tmp_path: Path, make_nexus: Callable[..., Nexus]) -> None:
     config, env = serve_config(tmp_path)
-    server = {"command": str(BIN / "nexus"), "args": ["--config", str(config), "mcp", "serve"],
+    server = {"command": str(BIN / "nexus"), "args": ["--trust-config", "--config", str(config), "mcp", "serve"],
               "env": {"PYTHONPATH": env["PYTHONPATH"]}}
     nx = make_nexus({"counter": server}, active=["nexus.mcp.client", "nexus.tool.code_exec"])
     count = nx.tool("counter_count_words")

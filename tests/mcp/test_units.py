@@ -177,7 +177,7 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> No
                     cwd=tmp_path)
     assert call.returncode == 0, call.stderr
     assert json.loads(call.stdout)["length"] == 5.0
-    served = venv.run("nexus", "--config", str(config), "mcp", "serve", cwd=tmp_path, input="", timeout=120)
+    served = venv.run("nexus", "--trust-config", "--config", str(config), "mcp", "serve", cwd=tmp_path, input="", timeout=120)
     assert served.returncode == 0 and served.stdout == "", served.stderr  # stdin ended at once: a clean exit
 
 

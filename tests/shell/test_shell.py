@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nexus_core import Nexus
+from nexus_core import Ask, Nexus, Question, ToolCall, ToolDef, Veto, hookimpl
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
 
 NEXUS_CLI = Path(sys.executable).parent / "nexus"
@@ -95,12 +95,106 @@ def test_stdin_is_empty_so_readers_do_not_hang(shell: Nexus) -> None:
 
 def test_bash_is_the_same_tool_and_aliases_are_configurable(nexus_factory: NexusFactory) -> None:
     nx = nexus_factory(plugins=["nexus.tool.shell"])
-    assert {t.name for t in nx.tools()} == {"shell", "bash"}
+    assert [t.name for t in nx.tools()] == ["shell"]  # one tool, one ToolDef
     assert_ok(nx.invoke("bash", {"command": "echo $((6 * 7))"}), "42")
-    bash, shell_tool = nx.tool("bash"), nx.tool("shell")
-    assert bash is not None and shell_tool is not None and bash.output_schema == shell_tool.output_schema
+    shell_tool = nx.tool("shell")
+    assert shell_tool is not None and nx.tool("bash") is shell_tool and shell_tool.aliases == ("bash",)
+    more = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"aliases": ["sh", "zsh"]}}})
+    assert more.tool("zsh") is more.tool("shell") and more.tool("bash") is None
     bare = nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"aliases": []}}})
-    assert [t.name for t in bare.tools()] == ["shell"]
+    assert [t.name for t in bare.tools()] == ["shell"] and bare.tool("bash") is None
+    assert [s["function"]["name"] for s in nx.schemas("openai")] == ["shell", "bash"]
+
+
+def test_a_bad_alias_is_a_config_error_naming_the_key(nexus_factory: NexusFactory) -> None:
+    from nexus_core import ConfigError
+
+    with pytest.raises(ConfigError, match=r"plugins\.nexus\.tool\.shell\.aliases\[0\]: 'rm -rf' does not match"):
+        nexus_factory(plugins=["nexus.tool.shell"], config={"plugins": {"nexus.tool.shell": {"aliases": ["rm -rf"]}}})
+
+
+# -- a gate written for `shell` covers every name (issue 21: aliases slipped past gates) ----
+
+
+class NoShell:
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        return Veto(f"no shell (called as {call.name})") if tool.name == "shell" else None
+
+
+class AskShell:
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Ask | None:
+        return Ask(f"run {call.arguments.get('command')!r}?") if tool.name == "shell" else None
+
+
+ALIASES = {"plugins": {"nexus.tool.shell": {"aliases": ["bash", "sh"]}}}
+
+
+@pytest.mark.parametrize("name", ["shell", "bash", "sh"])
+def test_a_gate_for_shell_vetoes_bash_and_a_configured_alias(nexus_factory: NexusFactory, nexus_workspace: Path,
+                                                             name: str) -> None:
+    nx = nexus_factory(plugins=["nexus.tool.shell", NoShell()], config=ALIASES)
+    assert_error(nx.invoke(name, {"command": "touch PWNED"}), f"vetoed: no shell (called as {name})", "vetoed")
+    assert not (nexus_workspace / "PWNED").exists()
+
+
+@pytest.mark.parametrize("name", ["bash", "sh"])
+def test_a_gate_for_shell_asks_about_bash_and_a_configured_alias(nexus_factory: NexusFactory, nexus_workspace: Path,
+                                                                 name: str) -> None:
+    asked: list[Question] = []
+
+    def person(question: Question) -> bool:
+        asked.append(question)
+        return False
+
+    nx = nexus_factory(plugins=["nexus.tool.shell", AskShell()], config=ALIASES)
+    assert_error(nx.invoke(name, {"command": "touch PWNED"}, approver=person), "denied by the user", "vetoed")
+    [question] = asked
+    assert question.text == "run 'touch PWNED'?" and question.tool is not None and question.tool.name == "shell"
+    assert not (nexus_workspace / "PWNED").exists()
+
+
+CLI_GATE = """
+import os
+from nexus_core import Ask, Veto, hookimpl
+
+@hookimpl
+def nexus_before_tool_invoke(call, tool):
+    if tool.name != "shell":
+        return None
+    if os.environ.get("SHELL_GATE") == "ask":
+        return Ask("may the agent run a command?")
+    return Veto(f"no shell (called as {call.name})")
+"""
+
+
+@pytest.mark.parametrize("mode", ["veto", "ask"])
+@pytest.mark.parametrize("name", ["bash", "sh"])
+def test_nexus_call_meets_the_gate_for_shell_under_any_name(tmp_path: Path, mode: str, name: str) -> None:
+    site = tmp_path / "site"
+    info = site / "shell_gate_test-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "shell_gate_test.py").write_text(CLI_GATE, encoding="utf-8")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shell-gate-test\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[nexus.plugins]\ntest.shell_gate = shell_gate_test\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = tmp_path / "etc" / "nexus.yaml"  # outside the workspace and the working folder: the user's own
+    config.parent.mkdir()
+    config.write_text(json.dumps({"workspace": str(workspace), "session_dir": str(tmp_path / "sessions"),
+                                  "plugins": {"active": ["nexus.tool.shell", "test.shell_gate"],
+                                              "nexus.tool.shell": {"aliases": ["bash", "sh"]}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "PYTHON"))}
+    env.update(PYTHONPATH=str(site), SHELL_GATE=mode)
+    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "--config", str(config), "call", name,
+                           '{"command": "touch PWNED"}'], cwd=workspace, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    expected = (f"error: vetoed: no shell (called as {name})" if mode == "veto" else
+                "error: vetoed: gate 'test.shell_gate' asks 'may the agent run a command?', and no one can answer here")
+    assert proc.stderr.startswith(expected), proc.stderr
+    assert not (workspace / "PWNED").exists()
 
 
 # -- timeouts and process groups ------------------------------------------------------------
@@ -295,7 +389,7 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> No
     tools = venv.run("nexus", "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
     listed = {line.split()[0]: line.split()[1] for line in tools.stdout.splitlines()}
-    assert {name for name, plugin in listed.items() if plugin == "nexus.tool.shell"} == {"shell", "bash"}
+    assert {name for name, plugin in listed.items() if plugin == "nexus.tool.shell"} == {"shell"}  # `bash` is its alias
     call = venv.run("nexus", "--workspace", str(tmp_path), "call", "shell", '{"command": "echo hi"}', cwd=tmp_path)
     assert (call.returncode, call.stdout) == (0, "hi\n"), call.stderr
 

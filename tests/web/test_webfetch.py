@@ -208,12 +208,12 @@ def test_cli_call_prints_the_result(tmp_path: Path, site: Site) -> None:
     config.write_text("skills: []\nplugins:\n  active: [nexus.tool.web]\n  nexus.tool.web:\n"
                       "    allow_hosts: [127.0.0.1]\n    allow_ports: null\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    proc = subprocess.run([str(NEXUS_CLI), "--config", str(config), "call", "webfetch",
+    proc = subprocess.run([str(NEXUS_CLI), "--trust-config", "--config", str(config), "call", "webfetch",
                            json.dumps({"url": site.url("/plain")}), "--json"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["output_structured"]["content"] == "just text, <b>not</b> HTML\n"
-    refused = subprocess.run([str(NEXUS_CLI), "--config", str(config), "call", "webfetch",
+    refused = subprocess.run([str(NEXUS_CLI), "--trust-config", "--config", str(config), "call", "webfetch",
                               json.dumps({"url": "http://169.254.169.254/latest/meta-data/"})],
                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
     assert refused.returncode == 1
@@ -230,7 +230,7 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path, site:
     assert ["webfetch", "nexus.tool.web"] in [line.split()[:2] for line in tools.stdout.splitlines()]
     config = tmp_path / "nexus.yaml"
     config.write_text("plugins:\n  nexus.tool.web:\n    allow_hosts: [127.0.0.1]\n    allow_ports: null\n")
-    call = venv.run("nexus", "--config", str(config), "call", "webfetch", json.dumps({"url": site.url("/page")}),
+    call = venv.run("nexus", "--trust-config", "--config", str(config), "call", "webfetch", json.dumps({"url": site.url("/page")}),
                     cwd=tmp_path)
     assert call.returncode == 0, call.stderr
     assert call.stdout.startswith("The test page\n\n# Hello, **web**")

@@ -1,6 +1,11 @@
 """The terminal side of `nexus chat` and `nexus ask`: streamed text, one line per tool call,
 questions to the person, and Ctrl-C.
 
+Everything written goes through `nexus_core.terminal.escape` (`Display.write`): a model's text, a
+tool's output, a question's options cannot move the cursor, redraw a line or reorder text. A
+question is `nexus_core.terminal.render_question`'s text (the whole call, where it comes from),
+and its answer is read only from keys typed after it is shown: pending input is discarded first.
+
 Threads: a task runs on a thread of its own (`run_task`) while the main thread, which owns the
 terminal, waits for it. Questions from the task's tool calls (an approval a gate asks for, the
 `question` tool), which come from any of its worker threads and may come several at once, are
@@ -19,24 +24,27 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from nexus_core import Answer, Question, ToolCall, ToolResult
+from nexus_core.terminal import discard_typed_ahead, escape, render_call, render_question
 
 from ._events import AgentEvent, AgentResult, ModelResponded, TextDelta, ToolCallFinished
 
 if TYPE_CHECKING:
     from ._session import Session
 
-#: how much of a call's arguments, or of a result's first line, one line shows
+#: how much of a call's arguments, or of a result's first line, one line shows (the rest is
+#: counted, never silently cut; a question shows everything)
 _ARGS_WIDTH = 100
 _SUMMARY_WIDTH = 120
+#: how much of a call's arguments `nexus ask` logs beside a decision it made by policy
+_POLICY_WIDTH = 2000
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if len(text) <= width else f"{text[:width]}... [+{len(text) - width:,} characters]"
 
 
-def call_line(call: ToolCall) -> str:
-    args = json.dumps(call.arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
-    return f"{call.name} {_clip(args, _ARGS_WIDTH)}"
+def call_line(call: ToolCall, width: int = _ARGS_WIDTH) -> str:
+    return render_call(call, width)
 
 
 def result_summary(result: ToolResult) -> str:
@@ -65,6 +73,7 @@ class Display:
     def write(self, stream: IO[str], text: str) -> None:
         if not text or self.broken:
             return
+        text = escape(text)  # the one way out to the terminal: nothing printed drives it
         with self.lock:
             try:
                 stream.write(text)
@@ -122,7 +131,9 @@ def _same_terminal(a: IO[str], b: IO[str]) -> bool:
 
 
 class LineReader:
-    """Lines from the person: `input()` (with line editing) on a terminal, else lines of stdin."""
+    """Lines from the person: `input()` (with line editing) on a terminal, else lines of stdin.
+    `discard_pending()` drops what was typed ahead on a terminal (a question's answer must be
+    typed after the question is shown)."""
 
     def __init__(self, stdin: IO[str] | None = None, prompt_out: IO[str] | None = None) -> None:
         self.stdin = stdin if stdin is not None else sys.stdin
@@ -136,6 +147,12 @@ class LineReader:
                 import readline  # noqa: F401  (line editing and history for input())
             except ImportError:
                 pass
+
+    def discard_pending(self) -> None:
+        """Drop the keys typed but not yet read: a `y` typed while the model was still answering
+        must not answer the question shown after it. Only a terminal has such keys; piped input
+        is an answer script, read as it comes."""
+        discard_typed_ahead(self.stdin)
 
     def __call__(self, prompt: str) -> str:
         """A line without its newline; EOFError at the end of input."""
@@ -165,6 +182,9 @@ class ConsoleApprover:
         self.display = display
         self.read = read
         self._queue: queue.Queue[_Pending] = queue.Queue()
+        #: the run_code calls whose script a question showed whole: later questions from the
+        #: same script show the lines around the call (and `v` the whole script again)
+        self._shown_scripts: set[str] = set()
 
     def __call__(self, question: Question) -> Answer:
         pending = _Pending(question)
@@ -205,27 +225,41 @@ class ConsoleApprover:
             pending.answer = Answer(False, reason)
             pending.done.set()
 
+    def _fresh(self, prompt: str) -> str:
+        """The person's answer, typed after the question was shown: keys typed ahead (while
+        the model was still writing, say) are discarded first."""
+        discard = getattr(self.read, "discard_pending", None)
+        if discard is not None:
+            discard()
+        return self.read(prompt).strip()
+
     def _ask(self, question: Question) -> Answer:
         d = self.display
         d.end_text()
-        if question.kind == "approval":
-            d.line(d.out, f"? allow {call_line(question.call)}")
-            for line in question.text.splitlines():
-                d.line(d.out, f"  {line}")
-            reply = self.read("  allow? [y/N, or a reason to refuse] ").strip()
-            if reply.lower() in ("y", "yes"):
-                return Answer(True)
-            if reply.lower() in ("", "n", "no"):
-                return Answer(False)
-            return Answer(False, reply)
-        d.line(d.out, f"? {question.text}")
-        for n, option in enumerate(question.options, 1):
-            d.line(d.out, f"  {n}) {option}")
-        hint = "a number or your answer" if question.options else "your answer"
-        reply = self.read(f"  answer ({hint}; empty for none): ").strip()
-        if reply.isdigit() and 1 <= int(reply) <= len(question.options):
-            return Answer(True, question.options[int(reply) - 1])
-        return Answer(True, reply) if reply else Answer(False)
+        full = False
+        while True:
+            rendered = render_question(question, full=full, shown_scripts=self._shown_scripts)
+            d.line(d.out, rendered.text)
+            self._shown_scripts.update(c.id for c in question.chain)
+            see_all = ", v to see it all" if rendered.folded else ""
+            if question.kind == "approval":
+                reply = self._fresh(f"  allow? [y/N{see_all}, or a reason to refuse] ")
+                if reply.lower() in ("v", "?"):  # the whole call, nothing folded, then ask again
+                    full = True
+                    continue
+                if reply.lower() in ("y", "yes"):
+                    return Answer(True)
+                if reply.lower() in ("", "n", "no"):
+                    return Answer(False)
+                return Answer(False, reply)
+            hint = "a number or your answer" if question.options else "your answer"
+            reply = self._fresh(f"  answer ({hint}{see_all}; empty for none): ")
+            if rendered.folded and reply.lower() == "v":
+                full = True
+                continue
+            if reply.isdigit() and 1 <= int(reply) <= len(question.options):
+                return Answer(True, question.options[int(reply) - 1])
+            return Answer(True, reply) if reply else Answer(False)
 
 
 class PolicyApprover:
@@ -238,10 +272,11 @@ class PolicyApprover:
 
     def __call__(self, question: Question) -> Answer:
         if question.kind == "question":
-            self.display.note(f"  asked: {question.text} (no answer: nexus ask has no one to ask; "
-                              "nexus chat does)")
+            self.display.note(f"  asked: {escape(question.text, multiline=False)} (no answer: nexus ask has no one "
+                              "to ask; nexus chat does)")
             return Answer(False, by="nexus ask")
-        what = f"{call_line(question.call)}: {' / '.join(question.text.splitlines())}"
+        origin = f" (from {question.chain[-1].name} call {question.chain[-1].id})" if question.chain else ""
+        what = f"{call_line(question.call, _POLICY_WIDTH)}{origin}: {' / '.join(question.text.splitlines())}"
         if self.policy == "yes":
             self.display.note(f"  approved (--yes): {what}")
             return Answer(True, by="nexus ask --yes")

@@ -1,7 +1,7 @@
 # The public surface of nexus_core, written once: type checkers and IDEs read these imports, and
 # __init__.py reads this same file (lazy_loader.attach_stub) to import each name on first use.
 # Everything else lives in a namespace: nexus_core.adapters, .content, .llm, .plugins, .skills,
-# .testing, .wire, .cli. Only `from .module import Name as Name` lines belong here.
+# .terminal, .testing, .wire, .cli. Only `from .module import Name as Name` lines belong here.
 
 from ._cancel import CancelToken as CancelToken
 from ._config import ConfigError as ConfigError

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +203,29 @@ class NexusConfig:
         checked: dict[str, Any] = apply_defaults(schema, section)
         return checked
 
+    def settings_for(self, names: Iterable[str]) -> dict[str, Any]:
+        """The `tools:` settings of the tool that answers to `names` (`ToolDef.names`: its name,
+        then its aliases), merged: a tool has one set of settings whatever name the config gives
+        it under. Two of its names setting one key differently is a ConfigError naming both."""
+        names = list(names)
+        merged: dict[str, Any] = {}
+        given_by: dict[str, str] = {}
+        problems = []
+        for name in names:
+            for key, value in (self.tool_settings.get(name) or {}).items():
+                if key in merged and merged[key] != value:
+                    problems.append(self.problem(
+                        ("tools", name, key),
+                        f"tools.{name}.{key}: {value!r} differs from tools.{given_by[key]}.{key} "
+                        f"({merged[key]!r}), and {names[0]!r} is one tool "
+                        f"(aliases: {', '.join(map(repr, names[1:]))}); set it once"))
+                    continue
+                merged.setdefault(key, value)
+                given_by.setdefault(key, name)
+        if problems:
+            raise ConfigError(problems, self.source)
+        return merged
+
     def problem(self, path: tuple[str, ...], text: str) -> str:
         """`text` prefixed with `file:line` of `path` when the config came from a file."""
         where = self.where(path) if self.source else ""
@@ -245,8 +269,8 @@ def _empty_sections_as_dicts(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _read_config_text(path: Path, origin: str) -> str:
-    """The file's text, at most MAX_CONFIG_BYTES of UTF-8, or ConfigError saying why not."""
+def read_config_bytes(path: str | os.PathLike[str], origin: str) -> bytes:
+    """The file's bytes, at most MAX_CONFIG_BYTES, or ConfigError saying why not."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -256,6 +280,12 @@ def _read_config_text(path: Path, origin: str) -> str:
         too_big = (f"{origin}: the config file is larger than {MAX_CONFIG_BYTES} bytes "
                    f"({MAX_CONFIG_BYTES >> 10} KiB), the most Nexus reads; is it the right file?")
         raise ConfigError([too_big], origin)
+    return raw
+
+
+def decode_config(raw: bytes, origin: str) -> str:
+    """The config's bytes as text, or ConfigError naming the line of the first byte that is
+    not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -264,8 +294,16 @@ def _read_config_text(path: Path, origin: str) -> str:
                            f"offset {exc.start}: {exc.reason}); save it as UTF-8"], origin) from None
 
 
-def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -> NexusConfig:
-    """Read and check the core part of a config: a YAML file's path, a dict, or None for defaults."""
+def _read_config_text(path: Path, origin: str) -> str:
+    """The file's text, at most MAX_CONFIG_BYTES of UTF-8, or ConfigError saying why not."""
+    return decode_config(read_config_bytes(path, origin), origin)
+
+
+def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None, *,
+                text: str | None = None) -> NexusConfig:
+    """Read and check the core part of a config: a YAML file's path, a dict, or None for defaults.
+    `text`: the file's text, read already (the command line parses the very bytes it checked
+    were trusted), for a path `source`."""
     lines: dict[tuple[str, ...], int] = {}
     origin: str | None = None
     base = Path.cwd()
@@ -276,7 +314,8 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None) -
     else:
         path = Path(source)
         origin = str(source)
-        text = _read_config_text(path, origin)
+        if text is None:
+            text = _read_config_text(path, origin)
         import yaml  # here, not at import: the CLI's start-up does not pay for PyYAML
 
         from ._yaml import YAMLLimitError, load_yaml

@@ -3,6 +3,9 @@
 look up the tool -> call gates (veto / rewrite) -> validate the arguments -> observers of
 tool.invoke -> the handler -> normalise its return -> result gates -> observers of tool.result.
 
+The lookup resolves an alias to its tool: every hook gets the canonical `ToolDef` as `tool`
+(`tool.name == "shell"` when `bash` was called) while the call keeps the name it was made with.
+
 Nothing raises to the caller for a tool's failure: each step's failure is an error result.
 Safe to call from many threads at once: the path keeps no state of its own, the registry is
 read without locks (see `_registry`), and which gate did what is recorded per thread.
@@ -155,6 +158,9 @@ class Invoker:
         #: call id -> the approver and cancel token given to that call (or inherited from its
         #: parent), while it runs: an inner call (run_code's, a tool's) finds its parent's here
         self._inherited: dict[str, tuple[Approver | None, CancelToken | None]] = {}
+        #: call id -> the call, from its gates' verdict until it ends: where an inner call comes
+        #: from, for the question a person is asked about it (`chain`)
+        self._running: dict[str, ToolCall] = {}
 
     # -- the path ---------------------------------------------------------------------------
 
@@ -165,32 +171,36 @@ class Invoker:
             if parent is not None:
                 approver = approver if approver is not None else parent[0]
                 cancel = cancel if cancel is not None else parent[1]
-        if approver is None and cancel is None:
-            return self._invoke(call, context, answer, None, None)
-        self._inherited[call.id] = (approver, cancel)
         try:
-            return self._invoke(call, context, answer, approver, cancel)
+            if approver is None and cancel is None:
+                return self._invoke(call, context, answer, None, None)
+            self._inherited[call.id] = (approver, cancel)
+            try:
+                return self._invoke(call, context, answer, approver, cancel)
+            finally:
+                self._inherited.pop(call.id, None)
         finally:
-            self._inherited.pop(call.id, None)
+            self._running.pop(call.id, None)
 
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
                 approver: Approver | None, cancel: CancelToken | None) -> ToolResult:
         found = self._registry.lookup(call.name)
         if found is None:
-            return self.refuse(call, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
+            return self._refuse(call, None, unknown_tool_message(call.name, self._registry.names()), "unknown_tool")
         tool, validator = found
         if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
 
         call, refused = self._gate_call(call, tool, approver)
         if refused is not None:
-            return self._finish(call, refused)
+            return self._finish(call, refused, tool)
+        self._running[call.id] = call  # as the gates left it: what an inner call's question shows
 
         if validator is not None:
             problems = _check_arguments(validator, call.arguments)
             if problems:
                 result = error_result(call, f"invalid arguments for {call.name}: {problems}", "invalid_arguments")
-                return self._finish(call, result)
+                return self._finish(call, result, tool)
 
         if "nexus_tool_invoke" in self._pm.implemented:
             try:
@@ -199,7 +209,7 @@ class Invoker:
                 log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
 
         if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
-            return self.refuse(call, _cancelled_text(call, cancel), "cancelled")
+            return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
         try:
             if tool.takes_context:
                 ctx = CallContext(
@@ -218,11 +228,29 @@ class Invoker:
             result = normalize_result(value, call, typed=tool.output_schema is not None)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
             result = error_result(call, describe_exception(exc), "exception")
-        return self._finish(call, result)
+        return self._finish(call, result, tool)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
         """An error result for a call that is not run, through the result gates and observers."""
-        return self._finish(call, error_result(call, error, kind))
+        return self._refuse(call, self._registry.get(call.name), error, kind)
+
+    def _refuse(self, call: ToolCall, tool: ToolDef | None, error: str, kind: ErrorKind) -> ToolResult:
+        return self._finish(call, error_result(call, error, kind), tool)
+
+    def chain(self, call: ToolCall) -> tuple[ToolCall, ...]:
+        """The calls in flight that `call` comes through, outermost first, by `parent_call_id`
+        (a run_code script's inner call: the run_code call); empty for a direct call."""
+        out: list[ToolCall] = []
+        seen = {call.id}
+        parent_id = call.parent_call_id
+        while parent_id is not None and parent_id not in seen:
+            parent = self._running.get(parent_id)
+            if parent is None:
+                break
+            out.append(parent)
+            seen.add(parent_id)
+            parent_id = parent.parent_call_id
+        return tuple(reversed(out))
 
     # -- asking a person --------------------------------------------------------------------
 
@@ -232,6 +260,8 @@ class Invoker:
         or returns something unusable, all come back as a refusal (fail closed)."""
         if approver is None:
             approver = self._nexus.approver
+        if not question.chain and question.call.parent_call_id is not None:
+            question = attrs.evolve(question, chain=self.chain(question.call))
         if "nexus_ask_start" in self._pm.implemented:
             try:
                 self._hook.nexus_ask_start(question=question)
@@ -320,13 +350,13 @@ class Invoker:
         reason = f"gates still rewriting after {MAX_GATE_ROUNDS} rounds"
         return call, _vetoed(call, reason, None)
 
-    def _gate_result(self, call: ToolCall, result: ToolResult) -> ToolResult:
+    def _gate_result(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
         if "nexus_before_tool_result" not in self._pm.implemented:
             return result
         for _ in range(MAX_GATE_ROUNDS):
             with record_gate_outcomes() as outcomes:
                 try:
-                    values = self._hook.nexus_before_tool_result(call=call, result=result)
+                    values = self._hook.nexus_before_tool_result(call=call, result=result, tool=tool)
                 except (Exception, SystemExit) as exc:
                     plugin = _raiser(exc, outcomes)
                     reason = f"result gate {_quoted(plugin)} failed ({describe_exception(exc)}); the result is withheld"
@@ -352,11 +382,11 @@ class Invoker:
             result = replacements[0][1]
         return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
 
-    def _finish(self, call: ToolCall, result: ToolResult) -> ToolResult:
-        result = self._gate_result(call, result)
+    def _finish(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
+        result = self._gate_result(call, result, tool)
         if "nexus_tool_result" in self._pm.implemented:
             try:
-                self._hook.nexus_tool_result(call=call, result=result)
+                self._hook.nexus_tool_result(call=call, result=result, tool=tool)
             except Exception:  # only a hook wrapper can get here: observers are contained
                 log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
         return result

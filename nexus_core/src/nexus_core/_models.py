@@ -48,6 +48,12 @@ def _default_input_schema() -> JSONObject:
     return {"type": "object"}
 
 
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):  # tuple("bash") would be five one-letter aliases
+        raise TypeError(f"aliases must be a list of names, not one string ({value!r}): use ({value!r},)")
+    return tuple(value)
+
+
 @attrs.frozen(eq=False)
 class ToolDef:
     """A tool: its name, what the model reads about it, its schemas and its handler.
@@ -60,6 +66,13 @@ class ToolDef:
     `tools.<name>.exposure` overrides it. `code_description`, when set, is what a run_code
     script's binding says about the tool (its docstring) in place of `description`, for a tool
     whose description speaks of the text a direct call returns (a script gets typed fields).
+
+    `aliases` are more names a model (or a caller) may use for the same tool: the registry
+    resolves each to this one `ToolDef`, so gates, observers and the config's `tools.<name>`
+    settings meet one identity (`tool.name` is the canonical name whatever was called) while
+    the call keeps the name it was made with. `approval_note` is a line an approval of a call
+    to the tool shows besides the call (the shell's says its command can do anything the user
+    can).
     """
 
     name: str
@@ -72,6 +85,13 @@ class ToolDef:
     annotations: JSONObject = attrs.field(factory=dict)
     exposure: Exposure = attrs.field(default="both", validator=attrs.validators.in_(EXPOSURES))
     code_description: str = ""
+    aliases: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    approval_note: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the tool answers to: its own, then its aliases."""
+        return (self.name, *self.aliases)
 
     def with_plugin(self, plugin: str | None) -> ToolDef:
         return attrs.evolve(self, plugin=plugin)
@@ -154,7 +174,14 @@ class Question:
     `asked_by` their plugin ids, `call` the call that would run), or "question" when the
     `question` tool asks (`text` is the model's question, `options` its suggested answers,
     `call` the question tool's own call). `call.parent_call_id` tells which call is waiting
-    (a script's timeout should not run while a person decides).
+    (a script's timeout should not run while a person decides). `tool` is the canonical
+    `ToolDef` of an approval's call (its `name` may be an alias).
+
+    `chain` says where the call comes from: the calls in flight it comes through, outermost
+    first, filled in by `Nexus.ask`. Empty for a direct call; for an inner call of a run_code
+    script it ends with the run_code call, whose `script` argument is the script, and
+    `call.metadata["script_line"]` is the script's line that made the call.
+    `nexus_core.terminal.render_question` shows all of it.
     """
 
     kind: Literal["approval", "question"]
@@ -163,6 +190,7 @@ class Question:
     options: tuple[str, ...] = ()
     asked_by: tuple[str, ...] = ()
     tool: ToolDef | None = attrs.field(default=None, eq=False, repr=False)
+    chain: tuple[ToolCall, ...] = ()
 
 
 @attrs.frozen

@@ -261,8 +261,9 @@ class Nexus:
         return register
 
     def _apply_tool_settings(self, tool: ToolDef) -> ToolDef:
-        """The config's `tools.<name>.exposure` over the tool's own."""
-        exposure = self.config.tool_settings.get(tool.name, {}).get("exposure")
+        """The config's `tools.<name>.exposure` (under the tool's name or an alias) over the
+        tool's own."""
+        exposure = self.config.settings_for(tool.names).get("exposure")
         return attrs.evolve(tool, exposure=exposure) if exposure and exposure != tool.exposure else tool
 
     def _announce(self, tool: ToolDef) -> None:
@@ -316,8 +317,9 @@ class Nexus:
         return self._registry.add(tool, plugin=None)
 
     def remove_tool(self, name: str) -> ToolDef | None:
-        """Remove a tool (whoever registered it); returns its definition, or None when there was
-        no such tool. `nexus_tool_unregister` observers see it go."""
+        """Remove a tool (whoever registered it), named by its name or an alias, with all its
+        names; returns its definition, or None when there was no such tool.
+        `nexus_tool_unregister` observers see it go."""
         return self._registry.remove(name)
 
     def replace_tool(self, tool: Any, plugin: str | None = None) -> ToolDef:
@@ -373,10 +375,12 @@ class Nexus:
     # -- tools ------------------------------------------------------------------------------
 
     def tools(self) -> list[ToolDef]:
-        """The registered tools, sorted by name."""
+        """The registered tools, sorted by name: each once, its aliases in `ToolDef.aliases`."""
         return sorted(self._registry.tools(), key=lambda t: t.name)
 
     def tool(self, name: str) -> ToolDef | None:
+        """The tool called `name`, by its own name or an alias (then `tool.name` is the
+        canonical name and `name in tool.aliases`), or None."""
         return self._registry.get(name)
 
     @property
@@ -465,11 +469,10 @@ class Nexus:
         config's `tools.<name>.allowed_callers` is sent unless `allowed_callers=` is given."""
         from .adapters import OPTION_FORMATS, to_provider_schemas
 
-        settings = self.config.tool_settings
         tools = self.model_tools(code_only=code_only)
         if "allowed_callers" not in options and format in OPTION_FORMATS["allowed_callers"]:
-            configured = {t.name: settings[t.name]["allowed_callers"] for t in tools
-                          if settings.get(t.name, {}).get("allowed_callers")}
+            configured = {t.name: self.config.settings_for(t.names)["allowed_callers"] for t in tools
+                          if self.config.settings_for(t.names).get("allowed_callers")}
             if configured:
                 options["allowed_callers"] = configured
         return to_provider_schemas(tools, format, **options)
@@ -478,9 +481,8 @@ class Nexus:
         """The tools `schemas()` declares, as ToolDefs: those a model calls directly (an agent
         loop offers these). Tools whose `exposure` is "code" are left out unless the config gives
         them `allowed_callers`, or `code_only=True` asks for every tool."""
-        settings = self.config.tool_settings
         return [t for t in self.tools()
-                if code_only or t.exposure != "code" or settings.get(t.name, {}).get("allowed_callers")]
+                if code_only or t.exposure != "code" or self.config.settings_for(t.names).get("allowed_callers")]
 
     # -- plugin data and lifecycle ----------------------------------------------------------
 

@@ -5,6 +5,10 @@ builds a new table under a lock and swaps it in with one assignment, so a lookup
 the current table) never sees a half-made change, whatever the interpreter's locking. `version`
 goes up on every change so caches built from the registry (run_code's bindings) know when to
 rebuild.
+
+A tool's aliases (`ToolDef.aliases`) are more keys of the table for the same entry: a lookup by
+any of its names finds the one `ToolDef`, whose `name` is the canonical one, and `tools()`
+lists each tool once. Every name, canonical or alias, is taken once across all tools.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ class ToolRegistrationError(ValueError):
 
 def _source(tool: ToolDef) -> str:
     return f"plugin {tool.plugin!r}" if tool.plugin else "the host"
+
+
+def _role(tool: ToolDef, name: str) -> str:
+    """"" when `name` is the tool's own name, else " (an alias of 'shell')"."""
+    return "" if name == tool.name else f" (an alias of {tool.name!r})"
 
 
 def as_tooldef(obj: Any) -> ToolDef:
@@ -91,6 +100,17 @@ class ToolRegistry:
                 f"tool name {tool.name!r} from {_source(tool)} is not valid: use 1-64 of "
                 "a-z A-Z 0-9 _ - (nexus_core.sanitize() makes any string valid)"
             )
+        seen: set[str] = {tool.name}
+        for alias in tool.aliases:
+            if not isinstance(alias, str) or not TOOL_NAME.match(alias):
+                raise ToolRegistrationError(
+                    f"alias {alias!r} of tool {tool.name!r} from {_source(tool)} is not valid: use 1-64 "
+                    "of a-z A-Z 0-9 _ - (nexus_core.sanitize() makes any string valid)"
+                )
+            if alias in seen:
+                again = "is the tool's own name" if alias == tool.name else "is given twice"
+                raise ToolRegistrationError(f"alias {alias!r} of tool {tool.name!r} from {_source(tool)} {again}")
+            seen.add(alias)
         if self._prepare is not None:
             tool = self._prepare(tool)
         if not callable(tool.handler):
@@ -130,33 +150,46 @@ class ToolRegistry:
                 ) from None
         with self._write_lock:
             existing = self._entries.get(tool.name)
-            if replace and (existing is None or existing.tool.plugin != tool.plugin):
-                owner = f"is registered by {_source(existing.tool)}" if existing else "is not registered"
+            if replace and (existing is None or existing.tool.plugin != tool.plugin
+                            or existing.tool.name != tool.name):
+                owner = (f"is registered by {_source(existing.tool)}{_role(existing.tool, tool.name)}"
+                         if existing else "is not registered")
                 raise ToolRegistrationError(
                     f"{_source(tool)} cannot replace tool {tool.name!r}: it {owner}"
                 )
-            if existing is not None and not replace:
-                raise ToolRegistrationError(
-                    f"duplicate tool name {tool.name!r}: registered by {_source(existing.tool)} "
-                    f"and again by {_source(tool)}"
-                )
-            self._swap({**self._entries, tool.name: _Entry(tool, validator)})
+            for name in tool.names:
+                taken = self._entries.get(name)
+                # a replacement may keep, drop or change its own aliases; other tools' names stay taken
+                if taken is not None and not (replace and taken is existing):
+                    raise ToolRegistrationError(
+                        f"duplicate tool name {name!r}: registered by {_source(taken.tool)}{_role(taken.tool, name)} "
+                        f"and again by {_source(tool)}{_role(tool, name)}"
+                    )
+            entry = _Entry(tool, validator)
+            if replace:  # in place: the table keeps its order
+                entries = {n: entry if e is existing else e for n, e in self._entries.items()
+                           if e is not existing or n == tool.name}
+            else:
+                entries = dict(self._entries)
+            entries.update(dict.fromkeys(tool.names, entry))
+            self._swap(entries)
         if self._on_register is not None:
             self._on_register(tool)
         return tool
 
     def remove(self, name: str) -> ToolDef | None:
+        """Remove the tool `name` (its canonical name or an alias) with all its names."""
         with self._write_lock:
             entry = self._entries.get(name)
             if entry is not None:
-                self._swap({n: e for n, e in self._entries.items() if n != name})
+                self._swap({n: e for n, e in self._entries.items() if e is not entry})
         if entry is not None and self._on_unregister is not None:
             self._on_unregister(entry.tool)
         return entry.tool if entry else None
 
     def remove_plugin(self, plugin: str) -> list[str]:
         with self._write_lock:
-            removed = [e.tool for e in self._entries.values() if e.tool.plugin == plugin]
+            removed = [e.tool for n, e in self._entries.items() if e.tool.plugin == plugin and n == e.tool.name]
             if removed:
                 self._swap({n: e for n, e in self._entries.items() if e.tool.plugin != plugin})
         if self._on_unregister is not None:
@@ -165,8 +198,8 @@ class ToolRegistry:
         return [tool.name for tool in removed]
 
     def lookup(self, name: str) -> tuple[ToolDef, ArgumentValidator | None] | None:
-        """The tool called `name` and its compiled input validator (compiled once, when the tool
-        was registered), or None."""
+        """The tool called `name` (by its name or an alias) and its compiled input validator
+        (compiled once, when the tool was registered), or None."""
         entry = self._entries.get(name)
         return (entry.tool, entry.validator) if entry else None
 
@@ -175,7 +208,9 @@ class ToolRegistry:
         return entry.tool if entry else None
 
     def tools(self) -> list[ToolDef]:
-        return [e.tool for e in self._entries.values()]
+        """Each tool once (its aliases are not tools of their own)."""
+        return [e.tool for n, e in self._entries.items() if n == e.tool.name]
 
     def names(self) -> list[str]:
+        """Every name a call may use: tools' names and their aliases."""
         return list(self._entries)

@@ -1,7 +1,10 @@
 """The `nexus` command line, on click (as llm and datasette are).
 
 Exit status: 0 on success, 1 when the tool or script failed, 2 for bad usage or bad config.
-Config comes from `--config FILE`, else `$NEXUS_CONFIG`, else `./nexus.yaml` when it exists.
+Config comes from `--config FILE`, else `$NEXUS_CONFIG`, else `./nexus.yaml` when it exists. A
+config a tool could have written (one found in, or inside, the working folder, or inside the
+workspace it configures) loads only once trusted: `nexus trust FILE`, or `--trust-config` for one
+command (`_trust.py` has the rule).
 
 The core's commands are below; plugins add theirs through `nexus_register_commands(cli)` (called
 once, when the command line starts, on each installed plugin's entry-point object). A command
@@ -56,22 +59,31 @@ class CliState:
     def __init__(self) -> None:
         self.config: Path | None = None
         self.workspace: Path | None = None
+        #: `--trust-config`: load the config this once, trusted or not
+        self.trust_config = False
         #: plugin id -> settings laid over its config section (a command's own options, such as
         #: `nexus run --timeout`), set before the Nexus is opened
         self.plugin_settings: dict[str, dict[str, Any]] = {}
         self._nexus: Nexus | None = None
 
     def config_source(self) -> str | None:
+        return self.config_choice()[0]
+
+    def config_choice(self) -> tuple[str | None, bool]:
+        """The config file to load, and whether it was found (`./nexus.yaml`) rather than named
+        (`--config`, `$NEXUS_CONFIG`)."""
         if self.config is not None:
-            return str(self.config)
+            return str(self.config), False
         env = os.environ.get("NEXUS_CONFIG")
         if env:
-            return env
-        return "nexus.yaml" if Path("nexus.yaml").is_file() else None
+            return env, False
+        return ("nexus.yaml", True) if Path("nexus.yaml").is_file() else (None, False)
 
     def open(self, ctx: click.Context) -> Nexus:
         if self._nexus is None:
-            self._nexus = open_nexus(self.config_source(), self.workspace, self.plugin_settings)
+            source, found = self.config_choice()
+            self._nexus = open_nexus(source, self.workspace, self.plugin_settings,
+                                     trusted=self.trust_config, found=found)
             ctx.call_on_close(self._close)
         return self._nexus
 
@@ -82,17 +94,32 @@ class CliState:
 
 
 def open_nexus(config: str | None, workspace: Path | None = None,
-               plugin_settings: dict[str, dict[str, Any]] | None = None) -> Nexus:
+               plugin_settings: dict[str, dict[str, Any]] | None = None, *,
+               trusted: bool = False, found: bool = False) -> Nexus:
     """The Nexus a command runs with; plugins that failed to load are reported on stderr.
-    Raises ConfigError for bad config, UsageError for a workspace that is not a folder."""
-    from ._config import ConfigError, load_config
+    Raises ConfigError for bad config, and for a config that needs trust and has none (one a
+    tool could have written: `found` in the working folder, or inside it or the workspace it
+    configures) unless `trusted`; UsageError for a workspace that is not a folder."""
+    from ._config import ConfigError, decode_config, load_config, read_config_bytes
     from ._nexus import Nexus
 
-    cfg = load_config(config)
-    for plugin, settings in (plugin_settings or {}).items():
-        cfg.plugin_sections[plugin] = {**(cfg.plugin_sections.get(plugin) or {}), **settings}
+    if config is None:
+        cfg = load_config(None)
+    else:
+        # the bytes checked below are the bytes parsed, never the file read again; parsing runs
+        # nothing (plugins start in Nexus(cfg), after the check)
+        raw = read_config_bytes(config, config)
+        cfg = load_config(config, text=decode_config(raw, config))
     if workspace is not None:
         cfg.workspace = workspace.resolve()
+    if config is not None and not trusted:
+        from ._trust import check_trusted, why_untrusted
+
+        reason = why_untrusted(config, cfg.workspace, found)
+        if reason is not None:
+            check_trusted(config, raw, reason, cfg.workspace)
+    for plugin, settings in (plugin_settings or {}).items():
+        cfg.plugin_sections[plugin] = {**(cfg.plugin_sections.get(plugin) or {}), **settings}
     if not cfg.workspace.is_dir():
         what = "is not a folder" if cfg.workspace.exists() else "does not exist"
         if workspace is not None:
@@ -119,9 +146,13 @@ def pass_nexus(command: F) -> F:
 
 
 def _store_global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None:
+    if value is not None and value is not False:  # a flag left out, after the command, unsets nothing
         setattr(ctx.ensure_object(CliState), param.name or "", value)
     return value
+
+
+_TRUST_HELP = ("Load the config for this command even if it is not trusted (one that a tool could have "
+               "written: see `nexus trust`).")
 
 
 def _global_options() -> list[click.Option]:
@@ -132,6 +163,8 @@ def _global_options() -> list[click.Option]:
         click.Option(["--workspace"], type=click.Path(path_type=Path), metavar="DIR",
                      expose_value=False, is_eager=True, callback=_store_global,
                      help="The folder the file and shell tools may touch (overrides the config's)."),
+        click.Option(["--trust-config"], is_flag=True, expose_value=False, is_eager=True, callback=_store_global,
+                     help=_TRUST_HELP),
     ]
 
 
@@ -191,6 +224,8 @@ Documentation: {DOCS_URL}"""
 @click.option("--workspace", type=click.Path(path_type=Path), metavar="DIR",
               expose_value=False, is_eager=True, callback=_store_global,
               help="The folder the file and shell tools may touch (overrides the config's).")
+@click.option("--trust-config", is_flag=True, expose_value=False, is_eager=True, callback=_store_global,
+              help=_TRUST_HELP)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Nexus: plugins and tools for LLM tool use.
@@ -455,6 +490,40 @@ def cmd_skills(nx: Nexus, as_json: bool) -> int:
     return EXIT_OK
 
 
+def _protection_lines(nx: Nexus, state: CliState) -> list[str]:
+    """What `nexus doctor` says about the core's protections (docs/security.md)."""
+    from ._trust import recorded_digest, trust_file, why_untrusted
+
+    source, found = state.config_choice()
+    records = trust_file()
+    if source is None:
+        config = "config: none (the defaults)"
+    else:
+        reason = why_untrusted(source, nx.config.workspace, found)
+        if reason is None:
+            config = f"config: {source}: named, outside the workspace and the working folder (needs no trust)"
+        elif state.trust_config:
+            config = f"config: {source}: loaded with --trust-config, not trusted ({reason})"
+        else:
+            recorded = recorded_digest(source)
+            config = f"config: {source}: trusted (sha256 {recorded[:12] if recorded else '?'}...)"
+    lines = [config + "; a config a tool could have written loads only once trusted (nexus trust)",
+             f"trusted configs are recorded in {records}"]
+    if records.resolve().is_relative_to(nx.config.workspace.resolve()):
+        lines.append(f"warning: the record of trusted configs is inside the workspace, where tools write: "
+                     f"it vouches for no config there (set $NEXUS_TRUST_FILE to a file outside it)")
+    lines.append("approvals: the whole call (long values folded with counts, v shows all), the script and line "
+                 "it comes from; only keys typed after the question answer it")
+    tty = [name for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr))
+           if getattr(stream, "isatty", lambda: False)()]
+    lines.append("terminal: control characters, ESC sequences and bidi controls are escaped in what nexus prints "
+                 f"to a terminal ({', '.join(tty) + ' here' if tty else 'not here: output goes to a pipe or a file'})")
+    aliases = sorted((alias, t.name) for t in nx.tools() for alias in t.aliases)
+    named = ", ".join(f"{alias} = {name}" for alias, name in aliases) if aliases else "no aliases here"
+    lines.append(f"tool identity: gates see one tool under all its names ({named})")
+    return lines
+
+
 @cli.command("doctor", epilog="""\b
 Example:
   nexus doctor      exits 1 when a plugin reports a requirement that is not met""")
@@ -468,6 +537,9 @@ def cmd_doctor(nx: Nexus) -> int:
     click.echo(f"nexus-rt-core {_version()} on Python {platform.python_version()} ({sys.executable})")
     click.echo(f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs")
     click.echo(f"workspace: {nx.config.workspace}")
+    click.echo("\nprotections:")
+    for line in _protection_lines(nx, click.get_current_context().ensure_object(CliState)):
+        click.echo(f"  {line}")
     status = EXIT_OK
     for failure in nx.failures:
         click.echo(f"error: plugin {failure.name} failed ({failure.phase}): {failure.error}")
@@ -487,6 +559,53 @@ def cmd_doctor(nx: Nexus) -> int:
             if line.startswith("error:"):
                 status = EXIT_FAILED
     return status
+
+
+@cli.command("trust", epilog="""\b
+Examples:
+  nexus trust                  the config the command line would load (./nexus.yaml here)
+  nexus trust agent.yaml       a config named like --config names it
+  nexus trust --forget agent.yaml""")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--forget", is_flag=True, help="Take the file out of the trusted configs.")
+@click.option("--yes", is_flag=True, help="Record it without asking (on a terminal it asks first).")
+@click.pass_context
+def cmd_trust(ctx: click.Context, file: str | None, forget: bool, yes: bool) -> int:
+    """Trust a config file (default: the one the command line would load): show what it does
+    (its plugins, the commands it runs, what it connects to), then record its SHA-256 outside
+    the workspace. A config a tool could have written loads only once trusted; a change to the
+    file makes it untrusted again."""
+    from ._config import decode_config, load_config, read_config_bytes
+    from ._trust import digest, forget_trust, record_trust, summary, trust_file
+
+    shown = file if file is not None else ctx.ensure_object(CliState).config_source()
+    if shown is None:
+        raise UsageError("no config to trust here: name one (nexus trust FILE), or run it where ./nexus.yaml is")
+    if forget:
+        if not forget_trust(shown):
+            raise UsageError(f"{shown} is not among the trusted configs ({trust_file()})")
+        click.echo(f"{shown}: no longer trusted")
+        return EXIT_OK
+    raw = read_config_bytes(shown, shown)
+    text = decode_config(raw, shown)
+    cfg = load_config(shown, text=text)  # a config that cannot load is not worth trusting: fix it first
+    from ._yaml import load_yaml
+
+    _, data = load_yaml(text)
+    click.echo(f"{os.path.abspath(shown)}")
+    click.echo(f"  sha256: {digest(raw)}")
+    for line in summary(data if isinstance(data, dict) else {}, cfg.workspace):
+        click.echo(f"  {line}")
+    if not yes and sys.stdin.isatty():
+        from .terminal import discard_typed_ahead
+
+        discard_typed_ahead(sys.stdin)  # the answer is typed after reading the above
+        if click.prompt("trust it?", default="n", show_default=True).strip().lower() not in ("y", "yes"):
+            click.echo("not trusted")
+            return EXIT_FAILED
+    where = record_trust(shown, raw)
+    click.echo(f"trusted (recorded in {where}); a change to the file makes it untrusted again")
+    return EXIT_OK
 
 
 # -- plugins' commands ----------------------------------------------------------------------
@@ -591,6 +710,21 @@ def _asks_only_for_the_version(args: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line. What any command prints to a terminal (tool output, a model's
+    text, a plugin's command) is escaped on the way (`nexus_core.terminal.protect`), so no text
+    a tool, a model or a server wrote can drive the terminal; a pipe or a file gets it as it is."""
+    from .terminal import protect
+
+    streams = sys.stdout, sys.stderr
+    protected = sys.stdout, sys.stderr = protect(sys.stdout), protect(sys.stderr)
+    try:
+        return _main(argv)
+    finally:  # put the streams back, unless someone else has since (click, after a broken pipe)
+        if (sys.stdout, sys.stderr) == protected:
+            sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ._config import ConfigError
 
     _log_errors_to_stderr()

@@ -115,6 +115,10 @@ def nexus_tool_unregister(tool: ToolDef) -> None:
 def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | Ask | None:
     """Gate a call before its arguments are validated and its handler runs.
 
+    `tool` is the tool's one identity: for a call made by an alias (`bash`), the canonical
+    `ToolDef` (`tool.name == "shell"`, `"bash" in tool.aliases`); `call.name` is the name the
+    call was made with. Match `tool.name`, so a gate covers every name the tool goes by.
+
     Return `Veto(reason)` to refuse it: the call does not run and the reason reaches the result
     (`error` is `"vetoed: <reason>"`, `metadata["vetoed_by"]` the plugin id). A veto wins
     whatever the plugin order; a gate that raises, or returns anything else, counts as a veto
@@ -131,13 +135,18 @@ def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | 
 
 @hookspec(kind="observer")
 def nexus_tool_invoke(call: ToolCall, tool: ToolDef) -> None:
-    """Observe a call that passed the gates and validation, just before its handler runs.
-    The return value is ignored."""
+    """Observe a call that passed the gates and validation, just before its handler runs
+    (`tool`: the canonical `ToolDef`, also for a call made by an alias). The return value is
+    ignored."""
 
 
 @hookspec(kind="gate")
-def nexus_before_tool_result(call: ToolCall, result: ToolResult) -> Veto | ToolResult | None:
+def nexus_before_tool_result(call: ToolCall, result: ToolResult, tool: ToolDef | None) -> Veto | ToolResult | None:
     """Gate a result before anyone sees it.
+
+    `tool` is the canonical `ToolDef` of the call's tool (also when it was called by an alias:
+    `call.name` and `result.name` keep that name), or None when no tool of that name is
+    registered (an unknown tool's refusal).
 
     Return `Veto(reason)` to replace it with an error result carrying the reason, or a
     `ToolResult` to replace it (its id and name are set to the call's; result gates then run
@@ -148,9 +157,10 @@ def nexus_before_tool_result(call: ToolCall, result: ToolResult) -> Veto | ToolR
 
 
 @hookspec(kind="observer")
-def nexus_tool_result(call: ToolCall, result: ToolResult) -> None:
-    """Observe the final result of every call, errors included. The return value is ignored;
-    an exception is logged and does not change the result."""
+def nexus_tool_result(call: ToolCall, result: ToolResult, tool: ToolDef | None) -> None:
+    """Observe the final result of every call, errors included. `tool` is the canonical
+    `ToolDef` (whatever name the call used), or None for a call to no registered tool. The
+    return value is ignored; an exception is logged and does not change the result."""
 
 
 @hookspec(kind="contribution", firstresult=True)
@@ -163,10 +173,11 @@ def nexus_question_answer(question: str, options: list[str], call: ToolCall) -> 
 @hookspec(kind="observer")
 def nexus_ask_start(question: Question) -> None:
     """Observe a person being asked (an approval a gate's `Ask` wants, or the `question` tool),
-    before the approver is called; the asking call waits until `nexus_ask_end`. A plugin that
-    runs scripts under a deadline (run_code) uses the pair to stop the clock of the script whose
-    inner call waits (`question.call.parent_call_id`). The return value is ignored; an exception
-    is logged and the person is still asked."""
+    before the approver is called; the asking call waits until `nexus_ask_end`. `question.chain`
+    holds the calls in flight it comes through (a run_code script's inner call: the run_code
+    call). A plugin that runs scripts under a deadline (run_code) uses the pair to stop the
+    clock of the script whose inner call waits (`question.call.parent_call_id`). The return
+    value is ignored; an exception is logged and the person is still asked."""
 
 
 @hookspec(kind="observer")

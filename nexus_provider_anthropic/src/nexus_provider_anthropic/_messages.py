@@ -111,8 +111,11 @@ def failure(exc: Exception, config: dict[str, Any], secret: str | None) -> Model
 def tool_options(request: ModelRequest, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The config's `tools.<name>.allowed_callers` for the tools offered (as `nx.schemas` sends
     them), so Claude may call those from its own code execution."""
-    callers = {t.name: settings[t.name]["allowed_callers"] for t in request.tools
-               if settings.get(t.name, {}).get("allowed_callers")}
+    callers = {}
+    for t in request.tools:  # under the tool's name or an alias: one tool, one setting
+        given = next((settings[n]["allowed_callers"] for n in t.names if settings.get(n, {}).get("allowed_callers")), None)
+        if given:
+            callers[t.name] = given
     return {"allowed_callers": callers} if callers else {}
 
 

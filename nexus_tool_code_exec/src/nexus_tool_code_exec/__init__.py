@@ -55,6 +55,15 @@ def config_schema() -> dict[str, Any]:
             "max_listed_tools": {"type": "integer", "minimum": 0, "default": 30,
                                  "description": "above this many tools run_code's description lists their groups, "
                                                 "and run_code_api gives the functions of the tools asked for"},
+            "max_listed_bytes": {"type": "integer", "minimum": 0, "default": 65536,
+                                 "description": "above this many bytes of stubs run_code's description lists the "
+                                                "tools' groups too, however few the tools"},
+            "max_child_messages": {"type": "integer", "minimum": 1, "default": 250000,
+                                   "description": "messages of any kind a script's process may send the host in one "
+                                                  "run; past them the run is stopped (host limit exceeded)"},
+            "max_child_bytes": {"type": "integer", "minimum": 1, "default": 268435456,
+                                "description": "bytes a script's process may send the host in one run (its calls' "
+                                               "arguments, its output); past them the run is stopped"},
             "persist_scripts": {"type": "boolean", "default": True},
             "reject_threads": {"type": "boolean", "default": True},
             "allowed_packages": {"type": "array", "items": {"type": "string"},

@@ -53,7 +53,7 @@ TRASH: Final = "trash"  # scratch folders scripts changed, renamed out of the wa
 # host -> zygote
 FORK: Final = "fork"  # a child now (no spare at hand)
 KILL: Final = "kill"  # kill that child's process group
-PRELOAD: Final = "preload"  # compile these bindings once, for every child forked from now on
+PRELOAD: Final = "preload"  # compile (not run) these bindings once, for every child forked from now on
 
 #: the kinds of an ERROR message
 MEMORY: Final = "memory"  # MemoryError: the address-space limit
@@ -87,6 +87,23 @@ class CallResult(TypedDict, total=False):
     output_structured: Any
 
 
+class BindingsPiece(TypedDict):
+    """One tool's part of `tools`: the names it defines and its source. The child executes it
+    (inside its sandbox) when the script first uses one of those names."""
+
+    tool: str
+    function: str  # its function's name in `tools`
+    names: list[str]  # every name it defines: its classes and aliases, then its function
+    source: str
+
+
+class BindingsPayload(TypedDict):
+    """The `tools` module as the host sends it (in a START, or a PRELOAD to the zygote)."""
+
+    pieces: list[BindingsPiece]
+    signatures: dict[str, str]  # tool name -> its function's signature, for error messages
+
+
 class StartMessage(TypedDict):
     t: Literal["start"]
     call_id: str
@@ -97,7 +114,7 @@ class StartMessage(TypedDict):
     max_output_bytes: int
     max_result_bytes: int
     timeout: float
-    bindings: NotRequired[str]  # the `tools` source, left out for a child that has it compiled
+    bindings: NotRequired[BindingsPayload]  # `tools`, left out for a child that has it compiled
     code: NotRequired[CompiledCode]  # the script as the host compiled it (absent: compile the source)
 
 
@@ -114,6 +131,7 @@ class CallMessage(TypedDict):
     name: str
     args: dict[str, Any]
     p: bool  # made inside parallel: the host may answer it concurrently with others
+    line: NotRequired[int]  # the script's line that made it (what the child says: untrusted)
 
 
 class OutMessage(TypedDict):
@@ -190,7 +208,7 @@ class KillMessage(TypedDict):
 class PreloadMessage(TypedDict):
     t: Literal["preload"]
     key: str
-    bindings: str
+    bindings: BindingsPayload  # compiled by the zygote, executed only by each child, inside its sandbox
 
 
 class ChildLimits(TypedDict):

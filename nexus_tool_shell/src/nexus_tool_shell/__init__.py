@@ -34,6 +34,10 @@ from ._run import Completed, kill_method, run_command
 
 PLUGIN_ID = "nexus.tool.shell"
 
+#: what an approval of a shell call says besides the command (the shell is no sandbox)
+APPROVAL_NOTE = ("the shell runs this command as you: it can do anything your user can (read, change or "
+                 "delete any of your files, reach the network), not only in the workspace")
+
 #: host environment variables a command sees by default: enough for programs to find themselves
 #: and to pick a locale, and no tokens or keys
 DEFAULT_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*",
@@ -54,8 +58,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "description": "variables set for every command, over the allowed host ones"},
         "shell": {"type": ["string", "null"], "default": None,
                   "description": "the shell that runs `<shell> -c <command>` (default: bash, else /bin/sh)"},
-        "aliases": {"type": "array", "items": {"type": "string"}, "default": ["bash"],
-                    "description": "more names for the same tool"},
+        "aliases": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+                    "uniqueItems": True, "default": ["bash"],
+                    "description": "more names for the same tool (gates see it as `shell`)"},
     },
 }
 
@@ -287,10 +292,8 @@ def nexus_register_tools(register: Callable[..., Any], nexus: Nexus) -> None:
     text = description(config["max_output_bytes"])
     # MCP's tool hints: a command can change anything, and reach beyond the machine.
     hints = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}
+    # One tool under every name: the registry resolves an alias to this ToolDef, so a gate for
+    # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
     register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
-                     output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True))
-    # Aliases are separate registrations of the same handler: a gate that should cover the shell
-    # matches `tool.plugin == "nexus.tool.shell"`, not one name (docs/writing-a-gate.md).
-    for alias in config["aliases"]:
-        register(ToolDef(name=alias, handler=handler, description=f"{text}\n(Same tool as `shell`.)",
-                         input_schema=schema, output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True))
+                     output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
+                     aliases=tuple(config["aliases"]), approval_note=APPROVAL_NOTE))

@@ -338,7 +338,8 @@ _FIND: dict[str, Callable[[Any], list[Any]]] = {
 
 
 def _schemas(tools: Any) -> dict[str, dict[str, Any]] | None:
-    """Tool name -> input schema, from a Nexus (anything with `.tools()`) or ToolDefs."""
+    """Tool name (and each alias) -> input schema, from a Nexus (anything with `.tools()`) or
+    ToolDefs."""
     if tools is None:
         return None
     listing = tools.tools() if callable(getattr(tools, "tools", None)) else tools
@@ -346,7 +347,7 @@ def _schemas(tools: Any) -> dict[str, dict[str, Any]] | None:
     for t in listing:
         if not isinstance(t, ToolDef):
             raise TypeError(f"tools= takes a Nexus or ToolDefs, not {type(t).__name__}")
-        out[t.name] = t.input_schema
+        out.update(dict.fromkeys(t.names, t.input_schema))
     return out
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
+import attrs
+
 from .._models import ToolDef
 from ._common import PROVIDER, check_format
 from ._gemini import GeminiSchemaError, gemini_json_schema, gemini_schema
@@ -63,6 +65,22 @@ def mcp_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {"result": dict(schema)}, "required": ["result"], WRAP_RESULT: True}
 
 
+def with_aliases(tools: Iterable[ToolDef]) -> tuple[list[ToolDef], dict[str, str]]:
+    """What a model is offered: each tool, and after it one declaration per alias (a name the
+    model may call it by: the same schemas, the description saying which tool it is). Also
+    returns declared name -> the tool's canonical name."""
+    out: list[ToolDef] = []
+    canonical: dict[str, str] = {}
+    for t in tools:
+        out.append(t)
+        canonical[t.name] = t.name
+        for alias in t.aliases:
+            out.append(attrs.evolve(t, name=alias, aliases=(),
+                                    description=f"{t.description}\n(Same tool as `{t.name}`.)".lstrip("\n")))
+            canonical[alias] = t.name
+    return out, canonical
+
+
 def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool = False,
                         allowed_callers: AllowedCallers | None = None,
                         json_schema: bool | None = None) -> list[dict[str, Any]]:
@@ -79,6 +97,9 @@ def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool =
       `parametersJsonSchema` where that subset cannot express the tool's schema
     - "mcp": MCP `Tool` objects: `{name, description, inputSchema, outputSchema?, annotations?}`
 
+    A tool with `aliases` is declared once per name (each alias after it, "(Same tool as
+    `<name>`.)" ending its description), since a model may call it by any of them.
+
     Options (an option a format does not have is an error, not ignored):
 
     - `strict=True` ("openai", "openai-responses"): every schema rewritten to OpenAI's
@@ -88,19 +109,20 @@ def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool =
       which lets the provider's own code execution call the tools. A list (the provider's
       own values, e.g. `["direct", "code_execution_20250825"]` for Anthropic, `["direct",
       "programmatic"]` for OpenAI) applies to every tool; a mapping of tool name to list to
-      the tools it names (a name that is not among `tools` is an error).
+      the tools it names (a name that is not among `tools` is an error; a tool's name covers
+      its aliases).
     - `json_schema` ("gemini"): None (the default) declares `parametersJsonSchema` only for the
       tools Gemini's `parameters` subset cannot express; True for every tool; False never
       (such a tool raises `GeminiSchemaError` naming it).
     """
     check_format(format)
-    tools = list(tools)
+    tools, canonical = with_aliases(tools)
     given = {"strict": strict, "allowed_callers": allowed_callers, "json_schema": json_schema}
     for option, value in given.items():
         if value not in (None, False) and format not in OPTION_FORMATS[option]:
             formats = " and ".join(repr(f) for f in OPTION_FORMATS[option])
             raise ValueError(f"{PROVIDER[format]} tools ({format!r}) have no {option!r} option; it is for {formats}")
-    callers = _allowed_callers(tools, allowed_callers)
+    callers = _allowed_callers(tools, allowed_callers, canonical)
 
     if format in ("openai", "openai-responses"):
         parameters = {t.name: _object_schema(t.input_schema) for t in tools}
@@ -152,8 +174,10 @@ def to_provider_schemas(tools: Iterable[ToolDef], format: str, *, strict: bool =
     return out
 
 
-def _allowed_callers(tools: list[ToolDef], option: AllowedCallers | None) -> dict[str, list[str]]:
-    """The `allowed_callers` of each tool that gets one."""
+def _allowed_callers(tools: list[ToolDef], option: AllowedCallers | None,
+                     canonical: Mapping[str, str]) -> dict[str, list[str]]:
+    """The `allowed_callers` of each declared name that gets one (an alias: its own entry, else
+    its tool's)."""
     if option is None:
         return {}
     names = [t.name for t in tools]
@@ -161,7 +185,8 @@ def _allowed_callers(tools: list[ToolDef], option: AllowedCallers | None) -> dic
         unknown = [name for name in option if name not in names]
         if unknown:
             raise ValueError(f"allowed_callers names tools that are not declared: {', '.join(map(repr, unknown))}")
-        chosen = {name: option[name] for name in names if name in option}
+        chosen = {name: option[name] if name in option else option[canonical[name]] for name in names
+                  if name in option or canonical[name] in option}
     else:
         chosen = dict.fromkeys(names, option)
     out = {}

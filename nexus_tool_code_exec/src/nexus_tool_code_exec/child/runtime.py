@@ -14,19 +14,22 @@ The host treats everything the child sends as untrusted. Nothing here is a secur
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import importlib.abc
 import importlib.machinery
 import json
 import os
+import reprlib
 import signal
 import sys
 import threading
 import time
 import traceback
 import types
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import cattrs
@@ -92,6 +95,21 @@ class Record:
         raise TypeError(f"{cls} is an object, not a dict: read its fields as attributes "
                         f"({', '.join('.' + f for f in fields) or 'it has none'})")
 
+    # One __repr__ and __eq__ for every generated class, as attrs would write them: attrs makes
+    # (and compiles) a pair per class, and the classes of `tools` are made in each child that
+    # uses them (see `bindings_module`); the runtime's own classes keep attrs' own.
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name, attrs.NOTHING)!r}" for name in _field_names(type(self)))
+        return f"{type(self).__qualname__}({values})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _field_names(type(self)))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as attrs' own eq=True classes are
+
 
 @attrs.define(kw_only=True)
 class Result(Record):
@@ -116,7 +134,10 @@ def _tolerant(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return unstructure
 
 
-def _make_converter() -> cattrs.Converter:
+def _make_detailed_converter() -> cattrs.Converter:
+    """cattrs' own (un)structure functions, generated and compiled per class: exact, with errors
+    that name the field. Each costs a compile (~0.3 ms), so a run uses them only to say why a
+    value did not fit (`_make_converter`'s functions are the fast path)."""
     conv = cattrs.Converter()
     conv.register_structure_hook_factory(
         attrs.has, lambda cls: make_dict_structure_fn(cls, conv, **_json_overrides(cls))
@@ -129,7 +150,76 @@ def _make_converter() -> cattrs.Converter:
     return conv
 
 
+_PLAIN = (str, int, float, bool)
+
+
+def _taken_as_is(typ: Any) -> tuple[type, ...] | bool:
+    """The types a value of a field typed `typ` may already have to be what cattrs would make of
+    it (`str` for `str | None`), True for any (`Any`), False for "ask cattrs"."""
+    if typ is Any:
+        return True
+    if typ in _PLAIN:
+        return (typ,)
+    args = typing.get_args(typ)
+    if isinstance(typ, types.UnionType) and len(args) == 2 and type(None) in args:
+        other = args[0] if args[1] is type(None) else args[1]
+        if other in _PLAIN:
+            return (other, type(None))
+    return False
+
+
+def _make_converter() -> cattrs.Converter:
+    """The converter of `tools`' classes: JSON names kept (`metadata={"json": ...}`), optional
+    fields left out when None, a dict let through where a class is expected. Its functions read
+    each class's fields once and loop over them, where cattrs' own generate code per class: a
+    class is made in the child that first uses its tool, and cattrs' compile for each would cost
+    that run more than its calls. A value that does not fit is structured again by cattrs' own
+    (`_detailed`), for its exact error."""
+    conv = cattrs.Converter()
+
+    def structure_factory(cls: type) -> Callable[[Any, Any], Any]:
+        plan = [(f.metadata.get("json", f.name), f.alias or f.name, f.type, _taken_as_is(f.type))
+                for f in attrs.fields(cls)]
+        structure = conv.structure
+
+        def structure_record(data: Any, _: Any) -> Any:
+            try:
+                values = {}
+                for key, keyword, typ, as_is in plan:
+                    if key in data:
+                        value = data[key]
+                        taken = as_is is True or (isinstance(as_is, tuple) and type(value) in as_is)
+                        values[keyword] = value if taken else structure(value, typ)
+                return cls(**values)
+            except Exception:
+                return _detailed.structure(data, cls)  # raises what cattrs says is wrong (or agrees)
+
+        return structure_record
+
+    def unstructure_factory(cls: type) -> Callable[[Any], Any]:
+        plan = [(f.name, f.metadata.get("json", f.name), f.default is None) for f in attrs.fields(cls)]
+        unstructure = conv.unstructure
+
+        def unstructure_record(obj: Any) -> Any:
+            if isinstance(obj, dict):
+                return obj
+            out = {}
+            for name, key, optional in plan:
+                value = getattr(obj, name)
+                if value is None and optional:
+                    continue
+                out[key] = value if value is None or type(value) in _PLAIN else unstructure(value)
+            return out
+
+        return unstructure_record
+
+    conv.register_structure_hook_factory(attrs.has, structure_factory)
+    conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
+    return conv
+
+
 converter = _make_converter()
+_detailed = _make_detailed_converter()
 #: the pipes to the host, set when a script starts
 _channel: Channel | None = None
 #: per thread: whether it is one of parallel's workers (parallel.py sets it)
@@ -168,24 +258,46 @@ def _bad_call(name: str, args_cls: type, kwargs: dict[str, Any]) -> TypeError:
     return TypeError(f"{problem}: it is {signature_of(name)}")
 
 
-def call_tool(name: str, args_cls: type, args: Any, kwargs: dict[str, Any], result_type: Any) -> Any:
-    """Call tool `name` through the host; typed result, or ToolVetoed / ToolFailed."""
-    if args is None:
-        try:
-            args = args_cls(**kwargs)
-        except TypeError:
-            raise _bad_call(name, args_cls, kwargs) from None
-    elif kwargs:
-        raise TypeError(f"tools.{name}() takes {_a(args_cls.__name__)} or keywords, not both: it is {signature_of(name)}")
-    if isinstance(args, dict):
-        arguments = args
-    elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
-        arguments = converter.unstructure(args)
+def _script_line() -> int | None:
+    """The script's line that is calling (through `tools`, parallel's workers, a lambda)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == SCRIPT_FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]  # None past the bottom
+    return None
+
+
+def call_tool(name: str, args_cls: type | None, args: Any, kwargs: dict[str, Any], result_type: Any) -> Any:
+    """Call tool `name` through the host; typed result, or ToolVetoed / ToolFailed. A tool
+    whose schemas were past the bindings' caps has no Args class (`args_cls` None): its
+    keywords (or one dict) are its arguments as they are, and the host checks them."""
+    if args_cls is None:
+        if args is not None and (kwargs or not isinstance(args, dict)):
+            raise TypeError(f"tools.{name}() takes keyword arguments or one dict: it is {signature_of(name)}")
+        arguments = dict(kwargs) if args is None else args
     else:
-        raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
-                        f"{_a(type(args).__name__)}: it is {signature_of(name)}")
+        if args is None:
+            try:
+                args = args_cls(**kwargs)
+            except TypeError:
+                raise _bad_call(name, args_cls, kwargs) from None
+        elif kwargs:
+            raise TypeError(f"tools.{name}() takes {_a(args_cls.__name__)} or keywords, not both: "
+                            f"it is {signature_of(name)}")
+        if isinstance(args, dict):
+            arguments = args
+        elif isinstance(args, args_cls):  # another tool's Args class would only fail validation, less clearly
+            arguments = converter.unstructure(args)
+        else:
+            raise TypeError(f"tools.{name}() takes keyword arguments (or {_a(args_cls.__name__)}), not "
+                            f"{_a(type(args).__name__)}: it is {signature_of(name)}")
     assert _channel is not None, "the tools runtime is only available inside run_code"
-    reply = _channel.request({"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()})
+    msg = {"t": protocol.CALL, "name": name, "args": arguments, "p": in_parallel()}
+    line = _script_line()
+    if line is not None:
+        msg["line"] = line
+    reply = _channel.request(msg)
     result = reply.get("result") or {}
     error = result.get("error")
     if error is not None:
@@ -223,12 +335,132 @@ WHERE_AHEAD = 0.25
 WHERE_EVERY = 0.1
 
 
-#: bindings the zygote compiled ahead of the fork, by key
-PRELOADED_BINDINGS: dict[str, types.ModuleType] = {}
+# -- the `tools` module ------------------------------------------------------------------------
+#
+# The bindings come from the host as one piece per tool (protocol.BindingsPayload), each checked
+# and compiled there on its own. The zygote compiles them again (`compile_pieces`: compiling
+# runs nothing), so that its children need not; only a child, inside its sandbox, executes a
+# piece, and only when its script first uses one of its names (`bindings_module`): a script that
+# calls two tools makes two tools' classes, a trivial one none. A piece that fails to load is
+# that tool's failure alone: its function raises ToolFailed saying why.
+
+
+@attrs.frozen
+class CompiledBindings:
+    """A `BindingsPayload` with each piece's code compiled (None where that failed: the child
+    compiles it again when it is used, and reports why it could not)."""
+
+    pieces: tuple[tuple[protocol.BindingsPiece, types.CodeType | None], ...]
+    signatures: dict[str, str]
+
+
+def compile_pieces(payload: protocol.BindingsPayload, now: bool = True) -> CompiledBindings:
+    """The pieces of `payload`, compiled (`now`) or to be compiled when used. Runs none of them."""
+    pieces = []
+    for piece in payload.get("pieces") or ():
+        code = None
+        if now:
+            try:
+                code = compile(piece["source"], "tools.py", "exec", dont_inherit=True)
+            except Exception:  # noqa: BLE001 - the child says why, if a script uses it
+                code = None
+        pieces.append((piece, code))
+    return CompiledBindings(tuple(pieces), dict(payload.get("signatures") or {}))
+
+
+#: the names every `tools` module has, the runtime's own (the pieces' code reads them too)
+def _runtime_names() -> dict[str, Any]:
+    return {"Any": Any, "Literal": Literal, "attrs": attrs, "_Record": Record, "_call": call_tool,
+            "Result": Result, "ToolError": ToolError, "ToolVetoed": ToolVetoed, "ToolFailed": ToolFailed}
+
+
+class _LazyBindings:
+    """The `__getattr__` of a `tools` module: a name not made yet is made by executing its
+    tool's piece, in a namespace of its own (the runtime's names and the builtins, then its own
+    classes: a tool function named `list` in one piece shadows nothing in another), whose names
+    are then copied into the module."""
+
+    def __init__(self, module: types.ModuleType, compiled: CompiledBindings) -> None:
+        self.module = module
+        self.compiled = compiled
+        self.pending: dict[str, int] = {}
+        for index, (piece, _) in enumerate(compiled.pieces):
+            for name in piece.get("names") or ():
+                self.pending[name] = index
+        #: names of pieces that failed to load -> why
+        self.failed: dict[str, str] = {}
+        self._lock = threading.RLock()
+
+    def __call__(self, name: str) -> Any:
+        with self._lock:
+            namespace = self.module.__dict__
+            if name in namespace:
+                return namespace[name]
+            index = self.pending.get(name)
+            if index is not None:
+                self.load(index)
+                if name in namespace:
+                    return namespace[name]
+        if name in self.failed:
+            raise AttributeError(f"tools.{name} is not available: {self.failed[name]}")
+        raise AttributeError(f"module 'tools' has no attribute {name!r}")
+
+    def load(self, index: int) -> None:
+        piece, code = self.compiled.pieces[index]
+        names = list(piece.get("names") or ())
+        for name in names:
+            self.pending.pop(name, None)
+        ns: dict[str, Any] = {"__name__": "tools", "__builtins__": builtins, **_runtime_names()}
+        try:
+            if code is None:
+                code = compile(piece["source"], "tools.py", "exec", dont_inherit=True)
+            exec(code, ns)
+            made = {name: ns[name] for name in names}
+        except Exception as exc:  # noqa: BLE001 - this tool's failure alone
+            tool = str(piece.get("tool") or "")
+            why = f"the bindings of tool {tool!r} could not be loaded in the sandbox ({describe(exc)})"
+            for name in names:
+                self.failed[name] = why
+            function = piece.get("function")
+            if function:
+                self.module.__dict__[function] = _unavailable(tool, why)
+            return
+        self.module.__dict__.update(made)
+
+    def load_all(self) -> None:
+        with self._lock:
+            for index in sorted(set(self.pending.values())):
+                self.load(index)
+
+    def dir(self) -> list[str]:
+        return sorted(set(self.module.__dict__) | set(self.pending))
+
+
+def _unavailable(tool: str, why: str) -> Callable[..., Any]:
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise ToolFailed(tool, why)
+
+    return unavailable
+
+
+def bindings_module(compiled: CompiledBindings) -> types.ModuleType:
+    """A `tools` module over `compiled`: the runtime's names now, each tool's when first used."""
+    sys.modules["_nexus_rt"] = sys.modules[__name__]
+    tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
+    tools.__file__ = "tools.py"
+    tools.__dict__.update(_runtime_names())
+    tools.__dict__["_SIGNATURES"] = compiled.signatures
+    lazy = _LazyBindings(tools, compiled)
+    tools.__dict__["__getattr__"] = lazy
+    tools.__dict__["__dir__"] = lazy.dir
+    public = [name for name in lazy.pending if not name.startswith("_")]
+    tools.__dict__["__all__"] = sorted({*public, "Result", "ToolError", "ToolVetoed", "ToolFailed"})
+    return tools
 
 
 def compile_bindings(source: str) -> types.ModuleType:
-    """The `tools` module built from its generated source."""
+    """The whole `tools` module from one source (`Bindings.source`), executed at once: for a
+    reader or a test. A run's child makes `bindings_module` of the pieces instead."""
     sys.modules["_nexus_rt"] = sys.modules[__name__]
     tools = types.ModuleType("tools", "Typed bindings for the tools of this Nexus.")
     tools.__file__ = "tools.py"
@@ -236,13 +468,8 @@ def compile_bindings(source: str) -> types.ModuleType:
     return tools
 
 
-def warm_bindings(tools: types.ModuleType) -> None:
-    """Have cattrs generate its (un)structure functions for every class in `tools` now: done
-    once in the zygote, it is not done again (and copied on write) in every child's first call."""
-    for value in list(vars(tools).values()):
-        if isinstance(value, type) and attrs.has(value):
-            converter.get_unstructure_hook(value)
-            converter.get_structure_hook(value)
+#: bindings the zygote compiled ahead of the fork, by key
+PRELOADED_BINDINGS: dict[str, CompiledBindings] = {}
 
 
 # -- isolating the process ------------------------------------------------------------------
@@ -377,12 +604,12 @@ def install_modules(start: dict[str, Any], stage: Stage) -> None:
     sys.modules["_nexus_rt"] = sys.modules[__name__]
     stage.parallel.MAX_WORKERS = int(start.get("max_workers") or 1)
     sys.modules["parallel"] = stage.parallel
-    tools = PRELOADED_BINDINGS.get(start.get("bindings_key") or "")
-    if tools is None:
+    compiled = PRELOADED_BINDINGS.get(start.get("bindings_key") or "")
+    if compiled is None:
         if "bindings" not in start:
             raise RuntimeError("the host sent no bindings, and this process has none compiled")
-        tools = compile_bindings(start["bindings"])
-    sys.modules["tools"] = tools
+        compiled = compile_pieces(start["bindings"], now=False)  # each piece when it is used
+    sys.modules["tools"] = bindings_module(compiled)
     sys.modules["skills"] = stage.skills
     stage.finder.skills = start.get("skills") or {}
     sys.meta_path[:] = [stage.finder] + [f for f in sys.meta_path if not isinstance(f, SkillHelpers)]

@@ -399,6 +399,9 @@ class _Checker:
 
     def no_tool(self, name: str) -> str:
         assert self.api is not None
+        gone = self.api.left_out_names.get(name)
+        if gone is not None:
+            return f"tools.{name} is not available: tool {gone[0]!r} is left out of the bindings ({gone[1]})"
         close = difflib.get_close_matches(name, sorted(self.api.names - RUNTIME_PRIVATE), n=1, cutoff=0.6)
         if close:
             return f"no tool {name!r}; did you mean {close[0]!r}?"
@@ -458,6 +461,8 @@ class _Checker:
             self.check_results(attributes, subscripts)
 
     def check_tool_call(self, call: ast.Call, fn: FunctionApi) -> None:
+        if fn.loose:  # its keywords are its JSON names, as they are: the host checks them
+            return
         where = f"tools.{fn.name}()"
         if len(call.args) > 1 or any(isinstance(a, ast.Starred) for a in call.args):
             self.add(call.lineno, f"{where} takes keyword arguments, not positional ones: it is {fn.signature}")

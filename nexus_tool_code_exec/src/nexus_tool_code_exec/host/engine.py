@@ -27,23 +27,38 @@ import statistics
 import threading
 import time
 import types
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from nexus_core import CallContext, Nexus, ToolDef, ToolResult
+from nexus_core import CallContext, CancelToken, Nexus, ToolDef, ToolResult
 
 from .. import protocol, sandbox
 from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
 from ..launchers.base import Launcher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
-from .bindings import Bindings, BindingsCache
+from .bindings import (
+    MAX_DEPTH,
+    MAX_LITERALS,
+    MAX_PROPERTIES,
+    MAX_STUB_BYTES,
+    MAX_UNION,
+    Bindings,
+    BindingsCache,
+    ToolPiece,
+    left_out_note,
+    visible,
+)
 from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
 from .fastpath import Seat
 from .runner import (
     CALLS_IN_FLIGHT_PER_WORKER,
+    DEFAULT_MAX_CHILD_BYTES,
+    DEFAULT_MAX_CHILD_MESSAGES,
+    STOP_GRACE,
     MAX_CALLS_PAST_LIMIT,
     MAX_PENDING_CALL_BYTES,
     OUTPUT_SLACK_BYTES,
@@ -140,6 +155,10 @@ GROUPS_NOTE = """# {count} tools, too many to list here; their groups follow. Be
 """
 
 
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else (f"{n >> 10} KiB" if not n % 1024 else f"{n} bytes")
+
+
 def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[^0-9a-z]+", text.lower()) if w]
 
@@ -147,13 +166,14 @@ def _words(text: str) -> list[str]:
 def cut_middle(text: str, limit: int) -> str:
     """`text` within `limit` bytes (UTF-8): its head and its tail, and between them a line saying
     how many bytes were dropped."""
-    data = text.encode("utf-8")
+    # (a lone surrogate, which a script can return and a tool can print, is kept as it is)
+    data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     keep = max(limit - 64, 2)
     head = data[: keep - keep // 2].decode("utf-8", "ignore")
     tail = data[len(data) - keep // 2:].decode("utf-8", "ignore")
-    dropped = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    dropped = len(data) - len(head.encode("utf-8", "surrogatepass")) - len(tail.encode("utf-8", "surrogatepass"))
     return (head + ("" if head.endswith("\n") else "\n") + f"[... {dropped} bytes dropped ...]\n" + tail)
 
 
@@ -210,8 +230,11 @@ class CodeExec:
             # by default one second past the wall clock, so a busy loop meets the timeout (and
             # its clear "timed out after Ns") first
             cpu_seconds=float(config["cpu_seconds"] or int(config["timeout_seconds"]) + 1),
+            max_child_messages=int(config.get("max_child_messages", DEFAULT_MAX_CHILD_MESSAGES)),
+            max_child_bytes=int(config.get("max_child_bytes", DEFAULT_MAX_CHILD_BYTES)),
         )
         self.max_listed_tools = int(config.get("max_listed_tools", 30))
+        self.max_listed_bytes = int(config.get("max_listed_bytes", 65536))
         self.max_text_bytes = int(config.get("max_text_bytes", 65536))
         self.sessions = SessionStore()
         self._lock = threading.Lock()
@@ -259,10 +282,14 @@ class CodeExec:
         return [t for t in self.nexus.tools() if t.name not in (TOOL_NAME, API_TOOL) and t.exposure != "direct"]
 
     def lists_groups(self, count: int | None = None) -> bool:
-        """Whether the description names groups instead of listing every tool's stub."""
+        """Whether the description names groups instead of listing every tool's stub: past
+        `max_listed_tools` tools, or past `max_listed_bytes` of stubs (a few tools whose schemas
+        are huge, each stub within its own cap)."""
         if count is None:
             count = len(self.bound_tools())
-        return count > self.max_listed_tools
+        if count > self.max_listed_tools:
+            return True
+        return len(self.bindings().stubs.encode("utf-8", "surrogatepass")) > self.max_listed_bytes
 
     def description(self, bound: list[ToolDef] | None = None) -> str:
         if self._skill_modules is None:
@@ -295,7 +322,12 @@ class CodeExec:
             example=example,
         )
         if self.lists_groups(len(bound)):
-            return intro + "\n" + self.groups_text(bound)
+            # from the pieces alone, not the whole bindings: past max_listed_tools every
+            # registration would otherwise put all the pieces together again
+            pieces = [(tool, self._pieces.piece(tool)) for tool in bound]
+            made = [tool for tool, piece in pieces if isinstance(piece, ToolPiece)]
+            note = left_out_note(tool.name for tool, piece in pieces if not isinstance(piece, ToolPiece))
+            return intro + "\n" + self.groups_text(made, note)
         return intro + "\n" + self.bindings().stubs
 
     # -- groups and the companion tool ------------------------------------------------------
@@ -308,21 +340,24 @@ class CodeExec:
             return f"MCP server {server}"
         return tool.plugin or "the host's own tools"
 
-    def groups(self, bound: list[ToolDef] | None = None) -> dict[str, list[str]]:
-        """{group: [tool name, ...]}, the largest groups first."""
+    def groups(self, bound: list[ToolDef] | None = None, aliases: Container[str] | None = None) -> dict[str, list[str]]:
+        """{group: [tool name or alias, ...]}, the largest groups first; a tool's aliases with it
+        (those in `aliases`, where given: the ones the bindings have)."""
         out: dict[str, list[str]] = {}
         for tool in bound if bound is not None else self.bound_tools():
-            out.setdefault(self.group_of(tool), []).append(tool.name)
-        return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+            names = out.setdefault(self.group_of(tool), [])
+            names.append(tool.name)
+            names += [a for a in getattr(tool, "aliases", ()) if aliases is None or a in aliases]
+        return {group: sorted(names) for group, names in sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0]))}
 
-    def groups_text(self, bound: list[ToolDef]) -> str:
+    def groups_text(self, bound: list[ToolDef], note: str = "") -> str:
         """One line per group, with how many tools it has (and their names, while they fit)."""
-        lines = [GROUPS_NOTE.format(count=len(bound), api=API_TOOL)]
+        lines = [GROUPS_NOTE.format(count=len(bound), api=API_TOOL), note]
         groups = self.groups(bound)
         used = 0
         for i, (group, names) in enumerate(groups.items()):
             shown = ", ".join(names) if len(names) <= 8 else "e.g. " + ", ".join(names[:4]) + ", ..."
-            line = f"# - {group}: {len(names)} tool{'s' if len(names) != 1 else ''} ({shown})\n"
+            line = visible(f"# - {group}: {len(names)} tool{'s' if len(names) != 1 else ''} ({shown})") + "\n"
             if used + len(line) > GROUP_LINES_BUDGET:
                 rest = len(groups) - i
                 lines.append(f"# - and {rest} more group{'s' if rest != 1 else ''}: {API_TOOL} names them\n")
@@ -337,12 +372,12 @@ class CodeExec:
         wanted = arguments.get("names") or []
         bindings = self.bindings()
         bound = [bindings.by_tool[name][1].tool for name in bindings.by_tool]
-        groups = self.groups(bound)
+        groups = self.groups(bound, bindings.aliases)
         chosen: list[str] = []
         notes: list[str] = []
         by_function = {fname: piece.tool.name for fname, piece in bindings.pieces}
         for name in wanted:
-            if name in bindings.by_tool:
+            if name in bindings.by_tool or name in bindings.aliases:
                 chosen.append(name)
             elif name in by_function:
                 chosen.append(by_function[name])
@@ -438,16 +473,22 @@ class CodeExec:
     # -- a run, top to bottom ------------------------------------------------------------------
 
     def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        return self._result(self.execute(arguments["script"], ctx.call_id))
+        return self._result(self.execute(arguments["script"], ctx.call_id, cancel=ctx.cancel))
 
-    def execute(self, script: str, call_id: str, *, record: bool = True) -> Outcome:
+    def execute(self, script: str, call_id: str, *, record: bool = True,
+                cancel: CancelToken | None = None) -> Outcome:
         """Check and run one script. With `record` (the tool's own calls), persist it and fire
-        the code.exec events; without (`nexus doctor`'s timing runs), do neither."""
+        the code.exec events; without (`nexus doctor`'s timing runs), do neither. `cancel`
+        (run_code's own call's token: Ctrl-C in the agent) stops the run from any thread: its
+        process is killed, its inner calls cancelled, and it ends as `cancelled: ...`."""
         # a script sent inside markdown fences runs as the code inside them
         run = self._request(unfence(script), call_id, record)
         outcome = self._check(run)
+        if outcome is None and cancel is not None and cancel.cancelled:
+            outcome = Outcome(error=f"cancelled: run_code was stopped by its caller before its script ran "
+                                    f"({cancel.reason or 'its caller stopped it'})", cancelled=True)
         if outcome is None:
-            outcome = self._run(run)
+            outcome = self._run(run, cancel)
         return self._persist(run, outcome)
 
     def _request(self, script: str, call_id: str, record: bool) -> _Run:
@@ -470,7 +511,7 @@ class CodeExec:
             return Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
         return None
 
-    def _run(self, run: _Run) -> Outcome:
+    def _run(self, run: _Run, cancel: CancelToken | None = None) -> Outcome:
         """Launch the script's process and serve it to its end."""
         bindings = self.bindings()
         launcher = self.launcher()
@@ -480,12 +521,15 @@ class CodeExec:
         except Exception as exc:
             self._announce(run)  # announced all the same
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
-        served = ScriptRun(self.nexus, run.call_id, self.settings, frozenset(bindings.functions.values()),
+        served = ScriptRun(self.nexus, run.call_id, self.settings, bindings.callable_names,
                            emit_chunk=self._emit_chunk if run.record else (lambda chunk: None))
         self._serving[run.call_id] = served
+        forget = cancel.on_cancel(lambda: served.stop(cancel.reason)) if cancel is not None else None
         try:
             return served.run(launcher, seat, start, meanwhile=lambda: self._announce(run))
         finally:
+            if forget is not None:
+                forget()
             self._serving.pop(run.call_id, None)
 
     def pause_clock(self, call_id: str | None) -> None:
@@ -504,12 +548,12 @@ class CodeExec:
         """The START: the script (and its code, compiled here), the bindings (which the
         launcher's next children get compiled), the limits."""
         key = f"{id(self)}:{self.nexus.tools_version}"
-        launcher.preload(key, bindings.source)
+        launcher.preload(key, bindings.payload)
         start: protocol.StartMessage = {
             "t": protocol.START,
             "call_id": run.call_id,
             "script": run.script,
-            "bindings": bindings.source,
+            "bindings": bindings.payload,
             "bindings_key": key,
             "skills": run.skills,
             "max_workers": self.settings.max_workers,
@@ -577,9 +621,12 @@ class CodeExec:
             where = f" ({outcome.where})" if outcome.where else ""
             text = error + where + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
             return ToolResult(id="", name=TOOL_NAME, output=cut_middle(text, self.max_text_bytes),
-                              error=error, output_structured=body or None, error_kind="failure")
-        return ToolResult(id="", name=TOOL_NAME, output=result_text(outcome, self.max_text_bytes),
-                          output_structured=body)
+                              error=error, output_structured=body or None,
+                              error_kind="cancelled" if outcome.cancelled else "failure")
+        text = result_text(outcome, self.max_text_bytes)
+        if outcome.stopped_calls:  # a script that ended without waiting for its calls (it forged them)
+            text = cut_middle(f"{text}\n({outcome.stopped_text})", self.max_text_bytes)
+        return ToolResult(id="", name=TOOL_NAME, output=text, output_structured=body)
 
     # -- the launcher and the sandbox ---------------------------------------------------------
 
@@ -660,6 +707,7 @@ class CodeExec:
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
         lines += self.budget_lines()
+        lines += self.bindings_lines()
         for missing in self.missing_required():
             lines.append(f"error: required layer {missing} is unavailable, so run_code refuses to run")
         if not self.missing_required():
@@ -673,11 +721,16 @@ class CodeExec:
         """`nexus doctor`'s lines on what a script may make the host hold or do, and on records."""
         settings = self.settings
         lines = [
-            f"host budget per run: {CALLS_IN_FLIGHT_PER_WORKER * settings.max_workers} calls in flight "
+            f"host budget per run: {settings.max_child_messages} messages (max_child_messages) and "
+            f"{_size(settings.max_child_bytes)} (max_child_bytes) from the script's process, of every kind; "
+            f"{CALLS_IN_FLIGHT_PER_WORKER * settings.max_workers} calls in flight "
             f"({CALLS_IN_FLIGHT_PER_WORKER} x max_workers; past them the child waits), "
             f"{MAX_PENDING_CALL_BYTES >> 20} MiB of pending call messages, {MAX_CALLS_PAST_LIMIT} calls refused "
             f"past max_tool_calls ({settings.max_tool_calls}), output read up to {OUTPUT_SLACK_BYTES >> 20} MiB "
-            f"past max_output_bytes; past any but the first the run is stopped with an error naming the limit",
+            f"past max_output_bytes; past any but the in-flight bound the run is stopped with an error naming the limit",
+            f"run end: when a run ends (result, error, timeout, or its own call cancelled) its inner calls' "
+            f"CancelToken is cancelled, queued calls are refused and never start, running ones are waited for up "
+            f"to {STOP_GRACE:g}s, and the result says what became of each; a cancelled run_code kills its process",
             f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
             f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
         ]
@@ -686,6 +739,25 @@ class CodeExec:
             lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
                          f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "
                          "cannot be written is the run's error")
+        return lines
+
+    def bindings_lines(self) -> list[str]:
+        """`nexus doctor`'s lines on the bindings: how a tool's metadata is kept from breaking or
+        steering them, and every tool left out of them or bound under another name, with why."""
+        bindings = self.bindings()
+        lines = [
+            f"bindings: {len(bindings.pieces)} tools; each tool's piece is generated from its metadata with every "
+            "text escaped, checked to be only the classes and the function it should be, and compiled, on its own "
+            "(one that fails leaves out its tool alone); the zygote compiles them and runs none, a child runs a "
+            f"piece when its script uses it, inside its sandbox; caps: {MAX_UNION} union options, {MAX_LITERALS} "
+            f"enum values, {MAX_PROPERTIES} properties a class, {MAX_DEPTH} levels, {MAX_STUB_BYTES >> 10} KiB a "
+            f"stub; the description lists groups past {self.max_listed_tools} tools or "
+            f"{_size(self.max_listed_bytes)} of stubs",
+        ]
+        for name, why in sorted(bindings.left_out.items()):
+            lines.append(f"  left out: tool {name!r}: {why}")
+        for note in (note for _, note in sorted(bindings.renamed.items())):
+            lines.append(f"  renamed: {note}")
         return lines
 
     # -- lifetime -----------------------------------------------------------------------------

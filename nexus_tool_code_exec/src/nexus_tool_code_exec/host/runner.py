@@ -22,12 +22,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import attrs
 
-from nexus_core import Nexus, ToolCall, ToolResult
+from nexus_core import CancelToken, Nexus, ToolCall, ToolResult
 
 from .. import protocol
 from ..child.errors import where_text
@@ -71,6 +71,18 @@ OUTPUT_SLACK_BYTES = MAX_MESSAGE
 OUTPUT_SLACK_MESSAGES = 1024
 #: how often a reader held back by the in-flight bound looks whether its run is over
 _BACKPRESSURE_POLL = 0.1
+#: messages (of any kind) and bytes a script's process may send the host in one run, by default
+#: (`max_child_messages`, `max_child_bytes`): each is read and parsed by the host, in Python, under
+#: its GIL; past either the run is stopped. The final message is not counted against them.
+DEFAULT_MAX_CHILD_MESSAGES = 250_000
+DEFAULT_MAX_CHILD_BYTES = 256 * 1024 * 1024
+
+# -- nothing outlives its run ------------------------------------------------------------------
+#: when a run ends (its result, an error, its timeout, its caller's cancel), the inner calls it
+#: made that are still running are cancelled (their CancelToken) and waited for this long, all
+#: together: a tool that honours its token (the shell kills the command's processes) stops at
+#: once; one that does not gets this long to finish, and the run says which did what
+STOP_GRACE = 1.0
 
 #: the host's encoder: what JSON has no type for (in a tool's output_structured) as its str()
 _encode = protocol.encoder(default=str)
@@ -84,6 +96,8 @@ class Settings:
     max_tool_calls: int
     max_result_bytes: int
     cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
+    max_child_messages: int = DEFAULT_MAX_CHILD_MESSAGES
+    max_child_bytes: int = DEFAULT_MAX_CHILD_BYTES
 
 
 @attrs.define
@@ -103,6 +117,20 @@ class Outcome:
     #: for a timeout or a memory error: the script's line that was running (`at line 4: while
     #: True:`), which the text a model reads adds to `error`
     where: str | None = None
+    #: run_code's own call was cancelled by its caller (the error starts with `cancelled:`)
+    cancelled: bool = False
+    #: the inner calls still running (or queued) when the run ended, each with what became of it
+    #: (`shell (stopped)`, `write (finished: its effect happened)`)
+    stopped_calls: list[str] = attrs.field(factory=list)
+
+    @property
+    def stopped_text(self) -> str:
+        """What became of the inner calls that were still running when the run ended."""
+        n = len(self.stopped_calls)
+        if not n:
+            return ""
+        return (f"{n} inner call{'s were' if n != 1 else ' was'} still running and "
+                f"{'were' if n != 1 else 'was'} stopped: {', '.join(self.stopped_calls)}")
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -132,6 +160,20 @@ class _Ending:
     cpu_seconds: float | None = None
     messages: int = 0  # messages read from it
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
+
+
+class _InnerCall:
+    """An inner call the host took from the child, from its admission to its end (a plain
+    slotted class: one is made per call)."""
+
+    __slots__ = ("msg", "size", "future", "result", "done")
+
+    def __init__(self, msg: dict[str, Any], size: int) -> None:
+        self.msg = msg
+        self.size = size  # its message's bytes, held against the run's budget until it ends
+        self.future: Future[None] | None = None  # queued on the run's pool (a parallel call)
+        self.result: ToolResult | None = None
+        self.done = False
 
 
 @attrs.define(eq=False)
@@ -187,7 +229,8 @@ class ScriptRun:
         self._budget = threading.Condition()
         self._in_flight = 0  # calls received, not yet answered
         self._pending_bytes = 0  # their messages' bytes
-        self._held: dict[int, int] = {}  # id() of each such message -> its size
+        #: id() of each such message -> the call, until it ends (the run's end waits for these)
+        self._held: dict[int, _InnerCall] = {}
         self._past_limit = 0  # calls refused past max_tool_calls
         self._out_bytes = 0
         self._out_messages = 0
@@ -196,10 +239,18 @@ class ScriptRun:
         self.max_in_flight = CALLS_IN_FLIGHT_PER_WORKER * max(1, settings.max_workers)
         self.max_output = settings.max_output_bytes + OUTPUT_SLACK_BYTES
         self.max_out_messages = settings.max_output_bytes + OUTPUT_SLACK_MESSAGES
+        self.stopped_calls: list[str] = []  # what became of each inner call the run's end found running
         self.where_line: int | None = None  # the line the child last said was running
         self._script = ""
+        self._script_lines = 0
         # DONE carries the result's JSON text inside a JSON string: escaping at most doubles it
         self.max_message = max(MAX_MESSAGE, 2 * settings.max_result_bytes + 65536)
+        self._received = 0  # messages from the script's process, this run
+        self._received_bytes = 0
+        #: the inner calls' token: cancelled when the run ends, whichever way
+        self.cancel = CancelToken()
+        self._stopped: str | None = None  # why run_code's own caller stopped it
+        self._wake: threading.Event | None = None  # what the run's caller waits on, once a reader took over
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -214,6 +265,7 @@ class ScriptRun:
         start. Nothing was lost: a script acts only through messages, and it sent none."""
         began = time.monotonic()
         self._script = start.get("script") or ""
+        self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
         if ending.lost:
             try:
@@ -230,6 +282,8 @@ class ScriptRun:
         self._messages = 0
         with self._write_lock:
             self._child = child
+            if self._stopped is not None:  # its caller stopped the run while the child was coming
+                child.kill()
         watchdog = Watchdog(child, self.settings.timeout_seconds).start()
         with self._write_lock:
             self._watchdog = watchdog
@@ -258,14 +312,9 @@ class ScriptRun:
                 child.kill()
                 ending.status = child.wait(timeout=2.0)
                 ending.cpu_seconds = child.cpu_seconds
-            if self._pool is not None:
-                # a script that finished honestly has no call in flight; one still running was
-                # left by a script that did not wait for it (or forged it): its answer has no one
-                # to go to, and waiting for it would hold run_code past its deadline
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
             with self._write_lock:
-                self._child = None
+                self._child = None  # an answer that comes now is dropped: nobody waits for it
+            self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
             pipe.let_go()
             child.finished()
         ending.timed_out, ending.messages = watchdog.fired, self._messages
@@ -318,6 +367,7 @@ class ScriptRun:
                 pipe.let_go()
 
         pipe.hold()
+        self._wake = finished  # run_code's caller stopping the run wakes this thread too
         fastpath.readers.submit(read_on)
         while True:  # until the reader ends, or the deadline (which a pause moves on) passes
             left = self._time_left(began)
@@ -325,6 +375,8 @@ class ScriptRun:
                 return None, None
             if finished.wait(PAUSED_POLL if left is None else left):
                 return box[0] if box else (None, None)
+            if self._stopped is not None:
+                return None, None
 
     def _time_left(self, began: float) -> float | None:
         """Seconds until this thread stops waiting for the reader (the deadline and its grace),
@@ -334,6 +386,21 @@ class ScriptRun:
             return self.settings.timeout_seconds + DEADLINE_GRACE - (time.monotonic() - began)
         left = watchdog.remaining()
         return None if left is None else left + DEADLINE_GRACE
+
+    def stop(self, reason: str) -> None:
+        """run_code's own call was cancelled (Ctrl-C in the agent): end the run now, whatever it
+        is doing. From any thread; the run then ends as `cancelled: ...`."""
+        with self._write_lock:
+            if self._stopped is not None:
+                return
+            self._stopped = reason or "its caller stopped it"
+            child = self._child
+        # the run's end cancels its inner calls and says what became of each (_stop_inner_calls)
+        if child is not None:
+            child.kill()
+        wake = self._wake
+        if wake is not None:
+            wake.set()
 
     def pause(self) -> None:
         """Stop the run's clock: an inner call waits for a person (nestable; see `resume`)."""
@@ -378,6 +445,8 @@ class ScriptRun:
                     continue
                 self._messages += 1
                 kind = msg.get("t")
+                if kind != protocol.DONE and kind != protocol.ERROR:
+                    self._count_message(lines.size)
                 if kind == protocol.OUT:
                     self._count_output(msg.get("d"))
                     dropped = msg.get("dropped")
@@ -406,6 +475,21 @@ class ScriptRun:
 
     # -- the host's budget ------------------------------------------------------------------------
 
+    def _count_message(self, size: int) -> None:
+        """Any message but the last: the run's budget of messages and bytes the host reads."""
+        self._received += 1
+        self._received_bytes += size + 1
+        if self._received > self.settings.max_child_messages:
+            self._exceeded = (
+                f"host limit exceeded: the script's process sent more than {self.settings.max_child_messages} "
+                "messages (max_child_messages), the most the host reads for one run; it was stopped")
+            raise BudgetExceeded(self._exceeded)
+        if self._received_bytes > self.settings.max_child_bytes:
+            self._exceeded = (
+                f"host limit exceeded: the script's process sent more than {self.settings.max_child_bytes} bytes "
+                f"(max_child_bytes) in {self._received} messages, the most the host reads for one run; it was stopped")
+            raise BudgetExceeded(self._exceeded)
+
     def _count_output(self, data: Any) -> None:
         """An OUT message: the child honours max_output_bytes itself, so one that goes far past
         it (or sends pieces without output) is not the runtime speaking."""
@@ -415,10 +499,12 @@ class ScriptRun:
         if self._out_bytes > self.max_output or self._out_messages > self.max_out_messages:
             raise ProtocolError(f"more output than max_output_bytes ({self.settings.max_output_bytes}) allows")
 
-    def _admit(self, msg: dict[str, Any], size: int, parallel: bool) -> None:
+    def _admit(self, msg: dict[str, Any], size: int, parallel: bool) -> _InnerCall:
         """Take the call `msg` of `size` bytes into the run's budget, or stop the run. A parallel call
         beyond the calls in flight the host holds waits here, on the thread that reads the
-        child, so the child's further messages wait in its pipe."""
+        child, so the child's further messages wait in its pipe. From here to its end the call
+        is one the run's end waits for (`_stop_inner_calls`)."""
+        inner = _InnerCall(msg, size)
         with self._budget:
             if parallel:
                 while self._in_flight >= self.max_in_flight and self._serving:
@@ -433,17 +519,19 @@ class ScriptRun:
                 raise BudgetExceeded(self._exceeded)
             self._in_flight += 1
             self._pending_bytes += size
-            self._held[id(msg)] = size
+            self._held[id(msg)] = inner
+        return inner
 
     def _settle(self, msg: dict[str, Any]) -> None:
-        """The call `msg` is answered (its answer about to go out): its place in the budget is
-        free. Once per call, whichever way its answer goes."""
+        """The call `msg` has ended (its answer about to go out, or it was refused): its place in
+        the budget is free. Once per call, whichever way it ends (later calls do nothing)."""
         with self._budget:
-            size = self._held.pop(id(msg), None)  # the message is alive until then: its id is its own
-            if size is None:
+            inner = self._held.pop(id(msg), None)  # the message is alive until then: its id is its own
+            if inner is None:
                 return
+            inner.done = True
             self._in_flight -= 1
-            self._pending_bytes -= size
+            self._pending_bytes -= inner.size
             self._budget.notify_all()
 
     # -- answering tool calls -------------------------------------------------------------------
@@ -461,34 +549,43 @@ class ScriptRun:
                 raise BudgetExceeded(self._exceeded)
             limit = f"tool call limit reached: a script may make at most {self.settings.max_tool_calls} calls"
             call = self._call_of(msg)
-            self._admit(msg, size, parallel=False)
-            self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
+            inner = self._admit(msg, size, parallel=False)
+            try:
+                self._reply(msg, call, self.nexus.refuse(call, limit, "failure"), size)
+            finally:
+                self._settle(msg)
             return
-        self._admit(msg, size, bool(msg.get("p")))
+        inner = self._admit(msg, size, bool(msg.get("p")))
         if msg.get("p"):
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
-            self._pool.submit(self._answer, msg, size)
+            inner.future = self._pool.submit(self._answer, msg, size, inner)
         else:
             # a lone sequential call: answered right here on the reading thread, no hop. The
             # run's caller waits on the reader with the deadline, so a tool that hangs here
             # cannot hold run_code past it.
-            self._answer(msg, size)
+            self._answer(msg, size, inner)
 
-    def _answer(self, msg: dict[str, Any], size: int = 0) -> None:
+    def _answer(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
         try:
-            self._answer_call(msg, size)
+            self._answer_call(msg, size, inner)
         except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
             log.exception("run_code: answering a call of %s failed", self.call_id)
             self._refuse(msg, f"the host could not answer this call: {type(exc).__name__}: {exc}", size)
+        finally:
+            if not inner.done:  # answering it failed on the way (the answer settles it otherwise)
+                self._settle(msg)
 
     def _call_of(self, msg: dict[str, Any]) -> ToolCall:
         args = msg.get("args")
+        line = msg.get("line")
+        # the line the child says made it (a script can claim any of its lines, no other)
+        metadata = {"script_line": line} if type(line) is int and 0 < line <= self._script_lines else {}
         return ToolCall(name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
-                        parent_call_id=self.call_id)
+                        parent_call_id=self.call_id, metadata=metadata)
 
-    def _answer_call(self, msg: dict[str, Any], size: int) -> None:
+    def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
         call = self._call_of(msg)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
@@ -497,8 +594,64 @@ class ScriptRun:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             result = self.nexus.refuse(call, f"unknown tool: {call.name!r}{hint}", "unknown_tool")
         else:
-            result = self.nexus.invoke(call)
+            # the run's token: cancelled when the run ends, so nothing it started outlives it
+            result = self.nexus.invoke(call, cancel=self.cancel)
+        inner.result = result
         self._reply(msg, call, result, size)
+
+    # -- the end of the run: nothing it started outlives it ---------------------------------------
+
+    def _end_reason(self, ending: _Ending, timed_out: bool) -> str:
+        if self._stopped is not None:
+            return f"run_code was cancelled: {self._stopped}"
+        if timed_out:
+            return f"run_code's script timed out after {self.settings.timeout_seconds:g}s"
+        if self._exceeded is not None:
+            return "run_code's script was stopped at a limit"
+        return "run_code's script ended"
+
+    def _stop_inner_calls(self, reason: str) -> None:
+        """The run is over (its child is gone): cancel the inner calls' token, refuse the calls
+        still queued (they never start), and wait up to STOP_GRACE for the running ones, noting
+        what became of each in `stopped_calls`."""
+        with self._budget:
+            still = list(self._held.values())
+        pool, self._pool = self._pool, None
+        if not still:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            return
+        running: list[_InnerCall] = []
+        for inner in still:  # the queued ones first: a running call that stops frees its worker for them
+            if inner.future is not None and inner.future.cancel():  # queued: it never starts
+                call = self._call_of(inner.msg)
+                text = f"cancelled: {call.name} was not run, its caller stopped it ({reason})"
+                self.ledger.record(call, self.nexus.refuse(call, text, "cancelled"), inner.size)
+                self._settle(inner.msg)
+                self.stopped_calls.append(f"{call.name} (queued: never started)")
+            else:
+                running.append(inner)
+        if pool is not None:
+            pool.shutdown(wait=False)
+        self.cancel.cancel(reason)
+        deadline = time.monotonic() + STOP_GRACE
+        with self._budget:
+            while not all(inner.done for inner in running):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._budget.wait(left)
+        for inner in running:
+            result = inner.result
+            if not inner.done:
+                what = f"still running after {STOP_GRACE:g}s: it did not stop when asked, its effect may yet happen"
+            elif result is not None and result.error_kind == "cancelled":
+                what = "never started"  # the cancel came before its handler (core refused it)
+            elif result is None or result.is_error:
+                what = "stopped"
+            else:
+                what = "finished: its effect happened"
+            self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
 
     def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int) -> None:
         """Send the script the answer to its call `msg`, and record the call in the ledger."""
@@ -548,8 +701,11 @@ class ScriptRun:
         final = ending.final
         outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
                           stdout_truncated=self.streamer.truncated or bool(final and final.get("truncated")),
-                          call_lines=self.ledger.lines())
-        if ending.error is not None:
+                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls))
+        if self._stopped is not None:
+            outcome.error = f"cancelled: run_code was stopped by its caller ({self._stopped})"
+            outcome.cancelled = True
+        elif ending.error is not None:
             outcome.error = ending.error
         elif self._exceeded is not None:
             outcome.error = self._exceeded
@@ -577,6 +733,8 @@ class ScriptRun:
             line = final.get("line")
             if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
                 outcome.where = where_text(line, self._script)
+        if outcome.error is not None and outcome.stopped_calls:
+            outcome.error += f"; {outcome.stopped_text}"
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
             outcome.error = outcome.error[:MAX_ERROR_CHARS] + f"... ({len(outcome.error)} characters in all)"
         return outcome

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .. import protocol
 from ..host.cleanup import janitor
 
 #: the environment a child (and the zygote) gets: nothing of the host's
@@ -108,9 +109,9 @@ class Launcher(abc.ABC):
     def launch(self) -> Child:
         """A new child, waiting for its START. Raises where none can be made."""
 
-    def preload(self, key: str, bindings: str) -> None:
-        """The bindings the next children should have compiled before their script comes, where
-        the launcher can do that (a child without them gets their source in the START)."""
+    def preload(self, key: str, bindings: protocol.BindingsPayload) -> None:
+        """The bindings the next children should have compiled (not run) before their script
+        comes, where the launcher can do that (a child without them gets them in the START)."""
 
     def held_fds(self) -> set[int]:
         """The fds it keeps open between runs (for a test that looks for leaks)."""

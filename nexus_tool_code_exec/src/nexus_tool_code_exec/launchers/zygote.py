@@ -164,7 +164,7 @@ class _Zygote:
         with self._send_lock:
             protocol.send_with_fds(self.sock, msg)
 
-    def preload(self, key: str, bindings: str) -> None:
+    def preload(self, key: str, bindings: protocol.BindingsPayload) -> None:
         if self.preloaded_key != key:
             self.send({"t": protocol.PRELOAD, "key": key, "bindings": bindings})
             self.preloaded_key = key
@@ -420,7 +420,7 @@ class ZygoteLauncher(Launcher):
         except ZygoteError:  # it died since the last run: one new zygote, one more try
             return self._launch()
 
-    def preload(self, key: str, bindings: str) -> None:
+    def preload(self, key: str, bindings: protocol.BindingsPayload) -> None:
         """Have the zygote compile these bindings once, so children skip it."""
         self._current().preload(key, bindings)
 

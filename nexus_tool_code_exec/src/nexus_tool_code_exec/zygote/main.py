@@ -330,14 +330,15 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
                 os.close(child.host_read)
                 os.close(child.host_write)
             elif kind == protocol.PRELOAD:
+                # compiled, never run here: a tool's metadata is a third party's, and the code
+                # made of it runs only in a child, inside its sandbox, when its script uses it
                 try:
                     preloaded.clear()
-                    preloaded[msg["key"]] = tools = runtime.compile_bindings(msg["bindings"])
-                    runtime.warm_bindings(tools)
+                    preloaded[msg["key"]] = runtime.compile_pieces(msg["bindings"])
                     key = str(msg["key"])
                     gc.collect()
                     gc.freeze()
-                except Exception:  # a child will compile it itself and report the error
+                except Exception:  # a child will compile what it uses itself, and say what failed
                     preloaded.clear()
                     key = ""
                 for _ in range(spare_count):  # spares with these bindings; the host drops older ones
