@@ -231,3 +231,25 @@ def test_the_token_file_belongs_to_one_server_url(tmp_path: Path, auth_dir: Path
     assert one.has_tokens() and not other.has_tokens()
     other.path.write_text(one.path.read_text())  # a file copied under another server's name is not used
     assert not other.has_tokens()
+
+
+def test_a_login_that_fails_keeps_the_tokens_kept_and_one_that_works_replaces_them(
+        tmp_path: Path, oauth_server: OAuthServer, auth_dir: Path) -> None:
+    config = config_for(tmp_path, oauth_server)
+    log_in(tmp_path, config)
+    path = token_file(auth_dir)
+    before = json.loads(path.read_text())["tokens"]
+    with Nexus({**config, "plugins": {"active": []}}) as bare:
+        parsed = parse_servers(config["plugins"]["nexus.mcp.client"], bare)[0]
+    shown: list[str] = []
+    with pytest.raises(TimeoutError):  # the person never signs in
+        anyio.run(lambda: login(parsed, shown.append, timeout=3))
+    assert shown and shown[0].startswith(f"{oauth_server.base}/authorize?")
+    assert json.loads(path.read_text())["tokens"] == before
+    with Nexus(config) as nx:
+        assert nx.invoke("docs_whoami", {}).error is None
+
+    log_in(tmp_path, config)
+    after = json.loads(path.read_text())["tokens"]
+    assert after["access_token"] != before["access_token"]
+    assert oauth_server.grants() == ["authorization_code", "authorization_code"]

@@ -180,6 +180,26 @@ class FileTokenStorage:
         self.update(client=client_info.model_dump(mode="json", exclude_none=True))
 
 
+class LoginStorage(FileTokenStorage):
+    """A login's view of the token file: no tokens until the login gets new ones (so the SDK goes
+    to the authorization page even while older ones are kept), which are then written as usual.
+    The tokens kept before stay until then: a login that fails loses nothing."""
+
+    def __init__(self, path: Path, server: str, url: str, settings: OAuthSettings) -> None:
+        super().__init__(path, server, url, settings)
+        self.fresh: OAuthToken | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.fresh
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await super().set_tokens(tokens)
+        self.fresh = tokens
+
+    def expires_at(self) -> float | None:
+        return None if self.fresh is None else super().expires_at()
+
+
 def storage_for(config: ServerConfig, folder: Path | None = None) -> FileTokenStorage:
     assert config.oauth is not None
     folder = folder if folder is not None else auth_dir()
@@ -262,6 +282,14 @@ def run_provider(config: ServerConfig, on_login_needed: Callable[[LoginRequired]
     return provider
 
 
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first exception in a (nested) exception group."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def login_required(exc: BaseException) -> LoginRequired | None:
     """The `LoginRequired` inside `exc` (the SDK and anyio wrap it), if any."""
     seen: set[int] = set()
@@ -317,8 +345,8 @@ def _bind_callback(storage: FileTokenStorage, settings: OAuthSettings) -> socket
 
 async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeout: float = LOGIN_SECONDS,
                 folder: Path | None = None) -> list[str]:
-    """Log in to `config`'s server: forget its access token, let the SDK run the authorization
-    code flow (the authorization URL goes to `show_url`, which shows it and may open a browser;
+    """Log in to `config`'s server: let the SDK run the authorization code flow, as if no token
+    were kept (see `LoginStorage`) (the authorization URL goes to `show_url`, which shows it and may open a browser;
     the redirect comes back to a loopback listener of ours), then list the server's tools with the
     new token, proving it works. Returns the tools' names. Raises TimeoutError when the person
     has not finished within `timeout`, and the SDK's OAuth errors as they are."""
@@ -334,11 +362,8 @@ async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeou
     from starlette.routing import Route
 
     assert config.oauth is not None
-    storage = storage_for(config, folder)
-    data = storage.read()
-    data.pop("tokens", None)
-    data.pop("expires_at", None)
-    storage._write(data)  # a login starts afresh: the SDK goes to the authorization page
+    kept = storage_for(config, folder)
+    storage = LoginStorage(kept.path, kept.server, kept.url, config.oauth)
     sock = _bind_callback(storage, config.oauth)
     port = sock.getsockname()[1]
     redirect_uri = f"http://127.0.0.1:{port}{CALLBACK_PATH}"
@@ -383,9 +408,11 @@ async def login(config: ServerConfig, show_url: Callable[[str], None], *, timeou
                         tools = await client.list_tools()
             finally:
                 server.should_exit = True
+    except BaseExceptionGroup as group:  # the task groups' wrapping: the caller gets what went wrong
+        raise _first(group) from None
     finally:
         sock.close()
-    if not storage.has_tokens():
+    if storage.fresh is None:
         raise RuntimeError(f"MCP server {config.name!r}: the login ended without a token")
     data = storage.read()
     if data.pop("wanted_scope", None) is not None:
