@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
-from nexus_core.cli import EXIT_OK, CliState, UsageError
+from nexus_core.cli import EXIT_FAILED, EXIT_OK, CliState, UsageError
 
 if TYPE_CHECKING:
     from ._http_security import HttpSecurity
@@ -31,11 +31,12 @@ def parse_host_port(value: str) -> tuple[str, int]:
 Examples:
   nexus mcp serve                  this Nexus's tools to an MCP client over stdio
   nexus mcp serve --help           the HTTP and stateless options
+  nexus mcp login docs             sign in to MCP server `docs` (OAuth), for its tools
 
 \b
 MCP servers' tools as Nexus tools: the nexus.mcp.client plugin's config (docs/mcp.md).""")
 def mcp_group() -> None:
-    """MCP (Model Context Protocol): serve this Nexus's tools to MCP clients."""
+    """MCP (Model Context Protocol): serve this Nexus's tools to MCP clients; log in to servers."""
 
 
 @mcp_group.command("serve", epilog="""\b
@@ -148,6 +149,90 @@ def _serve_http(ctx: click.Context, state: CliState, http: str, *, stateless: bo
         server.close()
         if token_file is not None:
             token_file.unlink(missing_ok=True)
+    return EXIT_OK
+
+
+def _oauth_server(ctx: click.Context, name: str) -> tuple[Any, Any]:
+    """The Nexus of this command and the settings of its server `name`, which must use OAuth."""
+    from ._config import CONFIG_SCHEMA, PLUGIN_ID, parse_servers
+
+    nx = ctx.ensure_object(CliState).open(ctx)
+    servers = {s.name: s for s in parse_servers(nx.config.validate_plugin_section(PLUGIN_ID, CONFIG_SCHEMA), nx)}
+    config = servers.get(name)
+    if config is None:
+        known = ", ".join(sorted(servers)) or "none"
+        raise UsageError(f"no MCP server {name!r} in plugins.{PLUGIN_ID}.servers (configured: {known})")
+    if config.oauth is None:
+        raise UsageError(f"MCP server {name!r} does not log in with OAuth: give it `oauth: true` "
+                         f"(plugins.{PLUGIN_ID}.servers.{name}.oauth) to log in to it")
+    return nx, config
+
+
+@mcp_group.command("login", epilog="""\b
+Examples:
+  nexus mcp login docs              opens the sign-in page of server `docs` in your browser
+  nexus mcp login docs --no-browser prints its address, for a browser on another machine
+                                    (the page sends you back to 127.0.0.1 on this one)""")
+@click.argument("server")
+@click.option("--no-browser", is_flag=True, help="Print the sign-in address only; do not open a browser.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for the sign-in to finish.")
+@click.pass_context
+def login_command(ctx: click.Context, server: str, no_browser: bool, timeout: float) -> int:
+    """Log in to an MCP server that uses OAuth, and keep its tokens for later runs.
+
+    The server's sign-in page opens in your browser; when you have signed in, it sends the browser
+    back to a loopback address this command listens on, and the tokens are kept in a folder of
+    yours outside every workspace (see docs/mcp.md, "Servers that need a login").
+    """
+    import webbrowser
+
+    import anyio
+
+    from ._auth import AuthStoreError, auth_dir, check_outside, login
+
+    nx, config = _oauth_server(ctx, server)
+    try:
+        check_outside(auth_dir(), Path(nx.config.workspace))
+    except AuthStoreError as exc:
+        raise UsageError(str(exc)) from None
+
+    def show(url: str) -> None:
+        click.echo(f"nexus: sign in to MCP server {server!r} at this address"
+                   f"{'' if no_browser else ' (opening it in your browser)'}:", err=True)
+        click.echo(url, err=True)
+        if not no_browser:
+            webbrowser.open(url)
+
+    try:
+        tools = anyio.run(lambda: login(config, show, timeout=timeout))
+    except TimeoutError:
+        click.echo(f"nexus: error: the sign-in did not finish within {timeout:g} s (--timeout); run the command "
+                   "again", err=True)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 (the SDK's OAuth errors, the server's refusal: one line each)
+        from ._connection import _describe
+
+        click.echo(f"nexus: error: logging in to MCP server {server!r} failed: {_describe(exc)}", err=True)
+        return EXIT_FAILED
+    click.echo(f"nexus: logged in to MCP server {server!r} ({len(tools)} tools); its tokens are in {auth_dir()}",
+               err=True)
+    return EXIT_OK
+
+
+@mcp_group.command("logout")
+@click.argument("server")
+@click.pass_context
+def logout_command(ctx: click.Context, server: str) -> int:
+    """Forget the tokens (and the client registration) kept for an MCP server that uses OAuth."""
+    from ._auth import storage_for
+
+    _, config = _oauth_server(ctx, server)
+    storage = storage_for(config)
+    if storage.forget():
+        click.echo(f"nexus: logged out of MCP server {server!r} (removed {storage.path})", err=True)
+    else:
+        click.echo(f"nexus: MCP server {server!r} had no tokens kept here ({storage.path})", err=True)
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ replaced, removed), so the registry observers (run_code's bindings) follow every
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from nexus_core.plugins import describe_exception
 
-from nexus_core import Nexus, ToolDef, ToolRegistrationError, ToolResult
+from nexus_core import CallContext, Nexus, ToolCall, ToolDef, ToolRegistrationError, ToolResult
 
 from ._config import PLUGIN_ID, ServerConfig
 from ._loop import LoopThread
@@ -85,6 +86,8 @@ class McpClient:
         self._registered: dict[str, dict[str, ToolDef]] = {s.name: {} for s in servers}
         self._from_cache: set[str] = set()
         self._problems: dict[str, list[str]] = {s.name: [] for s in servers}
+        #: servers not started with the Nexus because they need a login first, with why
+        self._login_needed: dict[str, str] = {}
         #: while the Nexus starts: the listings of the servers started with it, by server
         self._deferred: dict[str, list[dict[str, Any]]] | None = None
 
@@ -102,6 +105,12 @@ class McpClient:
             cached = self._read_cache(config)
             if config.start == "lazy" and cached is not None:
                 initial[name] = (cached, True)
+            elif config.oauth is not None and (why := self._cannot_log_in(config)) is not None:
+                # no token to send: a start could only fail, after a round trip, for the same reason
+                self._login_needed[name] = why
+                log.warning("nexus.mcp.client: %s", why)
+                if cached is not None:
+                    initial[name] = (cached, True)
             else:
                 to_start.append(self.connection(name))
         if to_start:
@@ -126,6 +135,17 @@ class McpClient:
                     initial[connection.name] = (cached, True)
         self._apply({name: initial[name] for name in self.configs if name in initial})
 
+    def _cannot_log_in(self, config: ServerConfig) -> str | None:
+        """Why a server that logs in with OAuth cannot be started now (no tokens kept for it, or a
+        token folder a tool could read), or None."""
+        from ._auth import AuthStoreError, LoginRequired, auth_dir, check_outside, storage_for
+
+        try:
+            check_outside(auth_dir(), Path(self.nexus.config.workspace))
+        except AuthStoreError as exc:
+            return f"MCP server {config.name!r} cannot log in: {exc}"
+        return None if storage_for(config).has_tokens() else str(LoginRequired(config.name))
+
     def connection(self, server: str) -> ServerConnection:
         """The connection of a configured server (made on first use)."""
         connection = self._connections.get(server)
@@ -139,8 +159,10 @@ class McpClient:
                     import mcp_types
 
                     info = mcp_types.Implementation(name="nexus", version=__version__)
-                    connection = ServerConnection(self.configs[server], self.folder / f"{server}.log",
-                                                  self._on_listing, info)
+                    config = self.configs[server]
+                    connection = ServerConnection(config, self.folder / f"{server}.log", self._on_listing, info,
+                                                  on_elicit=self._on_elicit,
+                                                  auth=self._oauth if config.oauth else None)
                     self._connections[server] = connection
         return connection
 
@@ -218,7 +240,7 @@ class McpClient:
             tool = entries[(server, claim.tool)]
             try:
                 handler = functools.partial(self.call, server, claim.tool, wraps_result(tool))
-                tooldef = to_tooldef(server, tool, handler, name)
+                tooldef = to_tooldef(server, tool, handler, name, takes_context=True)
             except Exception as exc:  # noqa: BLE001 (a server's odd tool must not stop the others)
                 problems.append(f"MCP server {server!r} tool {claim.tool!r} is left out: {describe_exception(exc)}")
                 if name in current:
@@ -274,9 +296,11 @@ class McpClient:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def call(self, server: str, tool: str, wrapped: bool, arguments: dict[str, Any]) -> ToolResult:
+    def call(self, server: str, tool: str, wrapped: bool, arguments: dict[str, Any],
+             ctx: CallContext | None = None) -> ToolResult:
         """A tool's handler: the call, made on the loop thread, and its result (its value
-        unwrapped, for a tool whose outputSchema wraps it). Any thread may call this, many at once."""
+        unwrapped, for a tool whose outputSchema wraps it). Any thread may call this, many at once.
+        What the server asks during the call goes to the call's approver (`ctx.approver`)."""
         if self._closed:
             return self._error(server, f"MCP server {server!r} is stopped: the Nexus is closed")
         if self._loop.in_loop_thread():  # a registry observer on the loop thread calling a tool
@@ -290,7 +314,21 @@ class McpClient:
         # against a loop that stopped answering
         limit = config.start_timeout_seconds + config.timeout_seconds + STOP_SECONDS
         try:
-            result = self._loop.run(connection.call(tool, arguments), timeout=limit)
+            call, approver = None, None
+            if ctx is not None:
+                call = ToolCall(name=ctx.tool_name or tool, arguments=dict(arguments), id=ctx.call_id,
+                                parent_call_id=ctx.parent_call_id)
+                approver = ctx.approver
+            future = self._loop.submit(connection.call(tool, arguments, call=call, approver=approver))
+            while True:
+                try:
+                    result = future.result(limit)
+                    break
+                except concurrent.futures.TimeoutError:
+                    if connection.asking():  # a person is answering the server: the call's clock has stopped
+                        continue
+                    future.cancel()
+                    raise TimeoutError from None
         except ServerError as exc:
             return self._error(server, str(exc))
         except TimeoutError:
@@ -299,6 +337,67 @@ class McpClient:
             return self._error(server, f"MCP server {server!r}: {_describe(exc)}")
         converted = to_toolresult(server, tool, result)
         return unwrap_result(converted) if wrapped and not converted.is_error else converted
+
+    # -- what servers ask, and their logins ---------------------------------------------------
+
+    def _oauth(self, connection: ServerConnection) -> Any:
+        """The OAuth provider of one run of `connection`'s server (see `_auth`)."""
+        from ._auth import auth_dir, check_outside, run_provider
+
+        check_outside(auth_dir(), Path(self.nexus.config.workspace))
+
+        def needed(exc: Exception) -> None:
+            connection.login_needed = str(exc)
+
+        return run_provider(connection.config, needed)
+
+    async def _on_elicit(self, server: str, params: Any, waiting: list[Any]) -> Any:
+        """A server's elicitation, put to the person who answers for the calls it came with (see
+        `_client_elicit`): the answer, a decline saying why, or an error the server sees."""
+        import mcp_types as types
+
+        from ._client_elicit import MAX_PER_CALL, REASON_KEY, Asker, SchemaRefused, check_form
+
+        def declined(reason: str) -> types.ElicitResult:
+            log.info("nexus.mcp.client: MCP server %r asked the user something; declined: %s", server, reason)
+            return types.ElicitResult(action="decline", _meta={REASON_KEY: reason})
+
+        if not waiting:
+            return declined("the server asked while none of its tools' calls was running: only a call's questions "
+                            "are put to the person, who knows what they are answering for")
+        approvers = {id(item.approver): item.approver for item in waiting}
+        if len(approvers) > 1:
+            return declined("several calls with different front ends were waiting on this server: which person "
+                            "should answer cannot be told, so no one is asked")
+        approver = next(iter(approvers.values()))
+        if approver is None:
+            approver = self.nexus.approver
+        if approver is None:
+            return declined("no one can answer here: this Nexus has no front end to ask its user (nexus chat "
+                            "asks at its prompt; give the Nexus, or the call, an approver)")
+        for item in waiting:
+            item.asked += 1
+            if item.asked > MAX_PER_CALL:
+                return types.ErrorData(code=types.INVALID_REQUEST,
+                                       message=f"this call already asked the user {MAX_PER_CALL} times; no more "
+                                               "questions are put to them during it")
+        call = waiting[0].call if len(waiting) == 1 else None
+        asker = Asker(self.nexus, server)
+
+        def ask(question: Any) -> Any:
+            return self.nexus.ask(question, approver=approver)
+
+        if isinstance(params, types.ElicitRequestURLParams):
+            outcome = await asyncio.to_thread(asker.url, ask, call, params.message, params.url)
+        else:
+            try:
+                fields = check_form(params.requested_schema)
+            except SchemaRefused as exc:
+                return types.ErrorData(code=types.INVALID_PARAMS, message=f"Nexus does not ask this: {exc}")
+            outcome = await asyncio.to_thread(asker.form, ask, call, params.message, fields)
+        if outcome.action == "accept":
+            return types.ElicitResult(action="accept", content=outcome.content)
+        return declined(outcome.reason or "the user declined")
 
     @staticmethod
     def _error(server: str, message: str) -> ToolResult:
@@ -318,7 +417,7 @@ class McpClient:
                 tools=tuple(sorted(self._registered.get(name, {}))),
                 protocol_version=connection.protocol_version if connection is not None else None,
                 tools_from_cache=name in self._from_cache,
-                error=connection.last_error if connection is not None else None,
+                error=connection.last_error if connection is not None else self._login_needed.get(name),
                 problems=tuple(self._problems.get(name, ())),
             ))
         return out

@@ -23,6 +23,27 @@ PREFIX = r"^[A-Za-z0-9_-]{0,64}$"
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 
+#: a streamable HTTP server's `oauth` settings (`oauth: true` takes the defaults)
+OAUTH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "scope": {"type": "string", "description": "the scopes to ask for, space-separated (default: what the "
+                                                   "server asks for)"},
+        "client_id": {"type": "string", "minLength": 1,
+                      "description": "a client registered by hand with the authorization server (default: "
+                                     "registered at the first login, if the server allows it)"},
+        "client_secret": {"type": "string", "description": "its secret, if it has one (${VAR} expanded)"},
+        "client_metadata_url": {"type": "string", "pattern": "^https://",
+                                "description": "an HTTPS URL of a client metadata document to use as the "
+                                               "client id, where the server supports it"},
+        "callback_port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                          "description": "the loopback port `nexus mcp login` takes the redirect on (default: "
+                                         "any free one; give one when the client is registered with a fixed "
+                                         "redirect URI http://127.0.0.1:PORT/callback)"},
+    },
+    "additionalProperties": False,
+}
+
 SERVER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -34,6 +55,9 @@ SERVER_SCHEMA: dict[str, Any] = {
         "url": {"type": "string", "pattern": "^https?://",
                 "description": "the endpoint of a streamable HTTP server"},
         "headers": {**_STRINGS, "description": "HTTP headers sent with every request"},
+        "oauth": {"anyOf": [{"type": "boolean"}, OAUTH_SCHEMA],
+                  "description": "log in to this HTTP server with OAuth (`nexus mcp login <server>`): true, or "
+                                 "settings"},
         "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 30,
                             "description": "how long one call may take"},
         "start_timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "default": 60,
@@ -85,6 +109,17 @@ _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @attrs.frozen
+class OAuthSettings:
+    """A server's `oauth` settings, `${VAR}` expanded (see `_auth`)."""
+
+    scope: str = ""
+    client_id: str = ""
+    client_secret: str = attrs.field(default="", repr=False)
+    client_metadata_url: str = ""
+    callback_port: int = 0
+
+
+@attrs.frozen
 class ServerConfig:
     """One server's settings, checked and with `${VAR}` expanded."""
 
@@ -96,6 +131,8 @@ class ServerConfig:
     cwd: Path | None = None
     url: str = ""
     headers: dict[str, str] = attrs.field(factory=dict)
+    #: set when the server is logged in to with OAuth (`_auth`)
+    oauth: OAuthSettings | None = None
     timeout_seconds: float = 30.0
     start_timeout_seconds: float = 60.0
     start: Literal["lazy", "eager"] = "lazy"
@@ -149,7 +186,7 @@ def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
             problem((), f"{dotted}: give either `command` (a stdio server) or `url` (a streamable HTTP "
                          f"server){', not both' if has_command else ''}")
             continue
-        wrong = [k for k in (("url", "headers") if has_command else ("command", "args", "env", "cwd")) if k in raw]
+        wrong = [k for k in (("url", "headers", "oauth") if has_command else ("command", "args", "env", "cwd")) if k in raw]
         for key in wrong:
             problem((key,), f"{dotted}.{key}: not a setting of a {'stdio' if has_command else 'streamable HTTP'} "
                             "server")
@@ -185,10 +222,21 @@ def parse_servers(section: dict[str, Any], nexus: Any) -> list[ServerConfig]:
                 **common,
             ))
         else:
+            oauth = raw.get("oauth")
+            settings = None
+            if oauth is True or isinstance(oauth, dict):
+                given = oauth if isinstance(oauth, dict) else {}
+                text = {key: expanded(("oauth", key), given[key]) for key in
+                        ("scope", "client_id", "client_secret", "client_metadata_url") if key in given}
+                settings = OAuthSettings(**text, callback_port=int(given.get("callback_port", 0)))
+                if "authorization" in {k.lower() for k in raw.get("headers") or {}}:
+                    problem(("headers",), f"{dotted}.headers: an Authorization header and `oauth` both say how to "
+                                          "log in: give one")
             servers.append(ServerConfig(
                 transport="http",
                 url=expanded(("url",), raw["url"]),
                 headers={k: expanded(("headers", k), v) for k, v in (raw.get("headers") or {}).items()},
+                oauth=settings,
                 **common,
             ))
     if problems:

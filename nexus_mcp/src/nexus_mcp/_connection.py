@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,8 +22,9 @@ from types import TracebackType
 from typing import Any, Self, TextIO
 
 import anyio
+import attrs
 import mcp_types as types
-from mcp import Client, MCPError
+from mcp import Client, InputRequiredRoundsExceededError, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
@@ -29,6 +32,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from nexus_core.plugins import describe_exception
 from nexus_core.supervisor import supervised_command, why_unavailable
 
+from ._client_elicit import MAX_PER_CALL
 from ._config import ServerConfig
 
 log = logging.getLogger("nexus_mcp")
@@ -48,6 +52,25 @@ TERM_GRACE_SECONDS = 1.0
 SUPERVISOR_NAME = "nexus-mcp-reap"
 
 Listing = Callable[["ServerConnection", list[types.Tool]], Awaitable[None]]
+#: what answers a server's elicitation: (server, the request's params, the calls waiting on the
+#: server) -> the result or an error (see `McpClient._on_elicit`)
+Elicit = Callable[[str, Any, "list[Waiting]"], Awaitable[Any]]
+
+
+@attrs.define(eq=False)
+class Waiting:
+    """A call in flight on a server: who answers for it (its approver), the Nexus call it serves,
+    and the scope holding its deadline, which stops while a person answers the server."""
+
+    call: Any
+    approver: Any
+    scope: anyio.CancelScope
+    asked: int = 0
+    paused: int = 0
+
+
+#: the call the running task serves (a 2026-era input request is answered in its task)
+_CURRENT: contextvars.ContextVar[Waiting | None] = contextvars.ContextVar("nexus_mcp_call", default=None)
 
 
 class ServerError(Exception):
@@ -122,12 +145,19 @@ class ServerConnection:
     """One MCP server: its current run (if any), its calls, and what it last did."""
 
     def __init__(self, config: ServerConfig, log_path: Path, on_listing: Listing,
-                 client_info: types.Implementation) -> None:
+                 client_info: types.Implementation, on_elicit: Elicit | None = None,
+                 auth: Callable[[ServerConnection], Any] | None = None) -> None:
         self.config = config
         self.name = config.name
         self.log_path = log_path
         self._on_listing = on_listing
         self._client_info = client_info
+        self._on_elicit = on_elicit
+        #: makes the httpx auth of a run (an OAuth provider), for a server logged in to with OAuth
+        self._auth = auth
+        #: set by the OAuth provider when the server needs the person to log in (why, as a message)
+        self.login_needed: str | None = None
+        self._waiting: set[Waiting] = set()
         self._run: _Run | None = None
         self._runs: set[_Run] = set()
         self._refreshing: asyncio.Lock | None = None
@@ -250,7 +280,9 @@ class ServerConnection:
         else:
             import httpx2
 
-            http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            self.login_needed = None
+            auth = self._auth(self) if self._auth is not None else None
+            http = httpx2.AsyncClient(headers=config.headers, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0))
             transport = streamable_http_client(config.url, http_client=http)
             stack.push_async_callback(http.aclose)
         return _watched(transport, run.end)
@@ -261,7 +293,11 @@ class ServerConnection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = Client(self._transport(stack, run), cache=None, client_info=self._client_info,
-                                message_handler=lambda message: self._on_message(run, message))
+                                message_handler=lambda message: self._on_message(run, message),
+                                elicitation_callback=self._elicit if self._on_elicit is not None else None,
+                                # one round more than the requests a call may make, so that bound
+                                # (`_client_elicit.MAX_PER_CALL`) is the one a server meets, in both eras
+                                input_required_max_rounds=MAX_PER_CALL + 1)
                 await stack.enter_async_context(client)
                 tools = await self._list_tools(client)
                 run.client = client
@@ -295,6 +331,11 @@ class ServerConnection:
 
     def _start_error(self, exc: BaseException, run: _Run) -> ServerError:
         where = f" (its stderr: {self.log_path})" if self.config.transport == "stdio" else ""
+        from ._auth import login_required
+
+        needed = login_required(exc)
+        if needed is not None or self.login_needed is not None:
+            return ServerError(str(needed) if needed is not None else str(self.login_needed))
         if run.timed_out:
             what = f"did not start within {self.config.start_timeout_seconds:g} s (start_timeout_seconds)"
         elif isinstance(exc, asyncio.CancelledError):
@@ -359,33 +400,78 @@ class ServerConnection:
 
     # -- calls ------------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], *, call: Any = None,
+                   approver: Any = None) -> types.CallToolResult:
         """Call one of the server's tools (starting the server if need be). Raises ServerError
         when no tool result comes back; a server that timed out or went away is stopped, and
-        started again by the next call."""
+        started again by the next call. `call` (the Nexus call) and `approver` say who answers
+        what the server asks during the call; the time a person takes is not counted."""
         client = await self.client()
         run = self._run
+        waiting = Waiting(call, approver, anyio.CancelScope(deadline=anyio.current_time() + self.config.timeout_seconds))
+        self._waiting.add(waiting)
+        token = _CURRENT.set(waiting)
         try:
-            with anyio.fail_after(self.config.timeout_seconds):
+            with waiting.scope:
                 return await client.call_tool(tool, arguments)
+            raise TimeoutError  # only the scope's deadline ends the block without a result
         except TimeoutError:
             self._retire(run)
             raise ServerError(
                 f"MCP server {self.name!r} did not answer {tool!r} within {self.config.timeout_seconds:g} s "
                 "(timeout_seconds): it was stopped, and starts again on the next call") from None
+        except InputRequiredRoundsExceededError:
+            raise ServerError(f"MCP server {self.name!r} kept asking for input during {tool!r} (more than "
+                              f"{MAX_PER_CALL + 1} rounds): the call was stopped") from None
         except MCPError as exc:
+            if self.login_needed is not None:
+                self._retire(run)
+                raise ServerError(f"{self.login_needed}; {tool!r} was not called") from None
             if (run is not None and run.closed) or exc.code == CONNECTION_CLOSED:
                 self._retire(run)
                 raise ServerError(self._gone(tool)) from None
             raise ServerError(f"MCP server {self.name!r} refused {tool!r}: {exc.message} "
                               f"(JSON-RPC error {exc.code})") from None
         except Exception as exc:  # noqa: BLE001 (the transport, or a result the SDK rejected)
+            from ._auth import login_required
+
             gone = run is not None and run.closed
             self._retire(run)
+            needed = login_required(exc)
+            if needed is not None or self.login_needed is not None:
+                why = str(needed) if needed is not None else self.login_needed
+                raise ServerError(f"{why}; {tool!r} was not called") from None
             if gone:
                 raise ServerError(self._gone(tool)) from None
             raise ServerError(f"MCP server {self.name!r} failed on {tool!r}: {_describe(exc)}; "
                               "it starts again on the next call") from None
+        finally:
+            _CURRENT.reset(token)
+            self._waiting.discard(waiting)
+
+    # -- what the server asks ---------------------------------------------------------------
+
+    def asking(self) -> bool:
+        """Whether a person is answering this server for one of its calls now."""
+        return any(item.paused for item in list(self._waiting))
+
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        """The SDK's elicitation callback: the request goes to whoever answers for the call it
+        came with (the one this task serves, else the calls in flight on this server), and the
+        deadlines of those calls stop while a person answers."""
+        assert self._on_elicit is not None
+        current = _CURRENT.get()
+        waiting = [current] if current is not None and current in self._waiting else list(self._waiting)
+        for item in waiting:
+            item.paused += 1
+            item.scope.deadline = math.inf
+        try:
+            return await self._on_elicit(self.name, params, waiting)
+        finally:
+            for item in waiting:
+                item.paused -= 1
+                if item.paused == 0:  # the clock starts again, whole: the server has its full time to answer
+                    item.scope.deadline = anyio.current_time() + self.config.timeout_seconds
 
     def _gone(self, tool: str) -> str:
         where = f" (its stderr: {self.log_path})" if self.config.transport == "stdio" else ""

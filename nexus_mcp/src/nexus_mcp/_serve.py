@@ -11,7 +11,7 @@ records of the run_code runs a client made (`_resources`).
 While a call runs, its client hears how far it has got (`notifications/progress`: what the
 tool reports with `ctx.progress`, and run_code's output as it comes) and, when it asked with
 `logging/setLevel`, the Nexus's log records (`_calls`); a gate's `Ask` and the `question` tool
-are put to the client's user through elicitation (`_elicit`); `notifications/cancelled`
+are put to the client's user through elicitation (`_serve_elicit`); `notifications/cancelled`
 cancels the call's `CancelToken`. Over HTTP, each SSE stream starts with a priming event and
 `retry:` and can be resumed (`_event_store`).
 
@@ -56,7 +56,7 @@ from nexus_core import CancelToken, Nexus, ToolCall, ToolDef, hookimpl
 
 from ._calls import MCP_LEVELS, CallChannel, LogBridge, current_channel, drained
 from ._convert import to_call_tool_result
-from ._elicit import mcp_approver
+from ._serve_elicit import mcp_approver
 from ._event_store import RETRY_MILLISECONDS, BoundedEventStore
 from ._http_security import HttpSecurity, RefuseTokenInQuery, Token, checked_token, generate_token, listen
 from ._resources import RunRecords, list_resources, read_resource

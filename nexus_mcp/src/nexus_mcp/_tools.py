@@ -43,7 +43,8 @@ def wraps_result(tool: dict[str, Any]) -> bool:
             and isinstance(schema.get("properties"), dict) and "result" in schema["properties"])
 
 
-def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any], name: str) -> ToolDef:
+def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any], name: str, *,
+               takes_context: bool = False) -> ToolDef:
     """The Nexus tool `name` (see `_names`) for one tool of an MCP server: its schemas with local references inlined
     (see `_schema`), its annotations under MCP's own names (`readOnlyHint`, ...), and the server's
     name under `mcp_server`. An outputSchema that wraps a value (`wraps_result`) is unwrapped: the
@@ -70,4 +71,5 @@ def to_tooldef(server: str, tool: dict[str, Any], handler: Callable[..., Any], n
         input_schema=inline_refs(input_schema),
         output_schema=inline_refs(output_schema) if output_schema is not None else None,
         annotations=annotations,
+        takes_context=takes_context,
     )
