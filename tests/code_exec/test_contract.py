@@ -126,7 +126,7 @@ def test_argument_docs_are_whole_with_their_defaults_and_constraints(tmp_path: P
     assert "def read(*, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:" in description
     assert "limit: int = 500" in description and "max_results" not in description and "read_lines" not in description
     # written for scripts: read's numbering is for direct calls; a script reads .content
-    assert "cat -n" not in description and "`.content` is its lines exactly as in the file" in description
+    assert "cat -n" not in description and "the lines exactly as in the file (no line numbers)" in description
     # the context and the scratch folder are documented
     for words in ("ctx.call_id", "ctx.remaining()", "scratch folder"):
         assert words in description

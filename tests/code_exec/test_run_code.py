@@ -314,7 +314,7 @@ def test_a_veto_is_ToolVetoed_which_the_script_can_catch_and_go_on(nx: Nexus, ga
             return tools.echo(text="public").output
         """))
     assert result.output_structured["result"] == "public"
-    assert result.output_structured["stdout"] == "vetoed: echo vetoed: secrets stay here True\n"
+    assert result.output_structured["stdout"] == "vetoed: echo secrets stay here True\n"  # .reason: the reason alone
     assert [c.arguments["text"] for c in gate.inner("echo")] == ["secret", "public"]
 
 

@@ -95,8 +95,8 @@ READ_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string"},
-        "content": {"type": "string", "description": "the lines, exactly as in the file"},
-        "start_line": {"type": "integer", "description": "number of the first line returned"},
+        "content": {"type": "string", "description": "the lines exactly as in the file (no line numbers)"},
+        "start_line": {"type": "integer", "description": "the first line's number"},
         "lines": {"type": "integer", "description": "lines returned"},
         "total_lines": {"type": "integer", "description": "lines in the file"},
         "truncated": {"type": "boolean", "description": "more of the file follows"},

@@ -145,7 +145,7 @@ GREP_OUTPUT: dict[str, Any] = {
             "properties": {
                 "path": {"type": "string", "description": "relative to the workspace root"},
                 "line": {"type": "integer", "description": "from 1"},
-                "text": {"type": "string", "description": f"the line (its first {MAX_LINE_CHARS} characters)"},
+                "text": {"type": "string", "description": f"its first {MAX_LINE_CHARS} characters"},
             },
             "required": ["path", "line", "text"],
             "additionalProperties": False,

@@ -35,11 +35,9 @@ TOOLS: list[tuple[str, Handler, str, dict[str, Any], dict[str, Any], bool]] = [
 #: result class does not show already (a script reads typed fields, not the text a direct call
 #: returns: numbered lines, one path per line), and none of the advice for direct calls
 CODE_DESCRIPTIONS = {
-    "read": ("Read a UTF-8 text file: `.content` is its lines exactly as in the file (no line numbers). Read a "
-             "long file in pieces with `offset` and `limit`. Binary files are refused."),
+    "read": "Read a UTF-8 text file (a binary one is refused), a long one in pieces with `offset` and `limit`.",
     "write": "Create a file, or replace all its content, in one step. To change part of a file, use edit.",
-    "edit": ("Replace `old_string` (copied exactly, unique unless replace_all) with `new_string`. A missing or "
-             "repeated old_string raises ToolFailed and changes nothing."),
+    "edit": "Replace `old_string` with `new_string`; a missing or repeated one raises ToolFailed, changing nothing.",
     "list": "List a folder, sorted by name. Not recursive: glob finds files at any depth.",
     "glob": "Find files whose path matches a glob. Folders such as .git and node_modules are skipped.",
     "grep": ("Search file contents for a regular expression. Binary files and folders such as .git and "

@@ -69,8 +69,8 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         "timed_out": {"type": "boolean"},
         "stdout_truncated": {"type": "boolean", "description": "longer than the cap"},
         "stderr_truncated": {"type": "boolean"},
-        "killed": {"type": "array", "description": "the processes killed when it ended, timed out or was stopped "
-                                                   "(its shell too unless it exited)",
+        "killed": {"type": "array", "description": "processes killed when it ended (its shell too unless it "
+                                                   "exited)",
                    "items": {"type": "object", "properties": {"pid": {"type": "integer"}, "name": {"type": "string"}},
                              "required": ["pid", "name"], "additionalProperties": False}},
     },

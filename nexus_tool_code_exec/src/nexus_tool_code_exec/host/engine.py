@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import json
 import logging
 import os
@@ -180,6 +181,13 @@ def _size(n: int) -> str:
 
 def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[^0-9a-z]+", text.lower()) if w]
+
+
+@functools.lru_cache(maxsize=8192)
+def _entry_rank(name: str) -> int:
+    """0 for a name that reads like a group's first call (`crm_search`), else 1 (cached: the
+    groups are ranked again at each registration)."""
+    return 0 if ENTRY_WORDS.intersection(_words(name)) else 1
 
 
 def cut_middle(text: str, limit: int) -> str:
@@ -366,8 +374,7 @@ class CodeExec:
         `get`...), then the shorter names (the general tools: `crm_search` before
         `crm_archive_address`), then by name."""
         annotations = tool.annotations if isinstance(tool.annotations, dict) else {}
-        entry = bool(ENTRY_WORDS.intersection(_words(tool.name)))
-        return (0 if annotations.get("featured") is True else 1, 0 if entry else 1, len(tool.name), tool.name)
+        return (0 if annotations.get("featured") is True else 1, _entry_rank(tool.name), len(tool.name), tool.name)
 
     def groups(self, bound: list[ToolDef] | None = None, aliases: Container[str] | None = None) -> dict[str, list[str]]:
         """{group: [tool name or alias, ...]}, the largest groups first, each group's tools in
