@@ -259,6 +259,27 @@ def test_run_code_api_returns_the_exact_stubs_of_what_matches(big: Nexus) -> Non
     assert big.invoke("run_code", {"script": script}).output == "7"
 
 
+def test_a_group_line_names_the_marked_tools_then_the_likely_first_calls(tmp_path: Path) -> None:
+    """Issue 23: `crm: 404 tools (e.g. crm_archive_account, crm_archive_address, ...)` hid the four a
+    task needed. A plugin's mark comes first, then names that read like a first call, then the
+    shorter names; never the alphabet's first."""
+    names = [f"crm_archive_{w}" for w in ("account", "address", "contact", "deal", "invoice", "lead", "note",
+                                         "order", "quote")] + ["crm_find_customer", "crm_search", "crm_update_order"]
+    tools = [ToolDef(name=n, handler=lambda a: "ok", description=f"{n} does it.",
+                     annotations={"mcp_server": "crm", **({"featured": True} if n == "crm_update_order" else {})})
+             for n in names]
+    with default_nexus(tmp_path, max_listed_tools=12) as nx:
+        for t in tools:
+            nx.add_tool(t)
+        description = nx.tool("run_code").description
+        assert ("# - MCP server crm: 12 tools (e.g. crm_update_order, crm_search, crm_find_customer, crm_archive_deal, "
+                "crm_archive_lead, crm_archive_note, ...)") in description
+        listed = nx.invoke(API_TOOL, {"names": ["MCP server crm"], "limit": 3}).output
+        assert listed == ("# 12 tools matched, 3 shown; give limit= (or a narrower query) for more\n\n"
+                          "# crm_update_order: crm_update_order does it.\n# crm_search: crm_search does it.\n"
+                          "# crm_find_customer: crm_find_customer does it.")
+
+
 def test_the_companion_tool_comes_and_goes_with_the_groups(tmp_path: Path) -> None:
     with default_nexus(tmp_path, max_listed_tools=12) as nx:
         assert nx.tool(API_TOOL) is None  # 10 tools: every stub is listed
