@@ -37,6 +37,8 @@ from nexus_core import Nexus, ToolDef
 CE = "nexus.tool.code_exec"
 DEFAULT_ACTIVE = ["nexus.tool.file", "nexus.tool.shell", "nexus.tool.web", CE, "nexus.skills", "nexus.tool.todo",
                   "nexus.tool.question"]
+#: what run_code's declaration on the default tool set may cost (issue 23)
+RUN_CODE_BUDGET = 1800
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 
@@ -237,7 +239,8 @@ def main() -> None:
     d = tokens["default"]
     print(f"\ndefault tool set ({d['tools']} tools, {d['declared']} declared to the model):")
     print(f"  all declarations   {d['total']:>7,} tokens")
-    print(f"  run_code alone     {d['run_code']:>7,} tokens ({d['run_code'] / d['total']:.0%})")
+    print(f"  run_code alone     {d['run_code']:>7,} tokens ({d['run_code'] / d['total']:.0%}; issue 23's budget: "
+          f"{RUN_CODE_BUDGET:,})")
     print("\nextra tools        run_code  run_code_api  all declarations  all, extras code-only  api answer")
     for n in (10, 100, 500):
         row = tokens[f"extra_{n}"]

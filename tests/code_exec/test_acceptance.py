@@ -88,7 +88,7 @@ def test_a_gate_that_vetoes_shell_raises_ToolVetoed_and_the_script_goes_on(nexus
             return {"shell": outcome, "wrote": written.bytes}
         """))
     assert result.output_structured["result"] == {"shell": "vetoed", "wrote": 8}
-    assert result.output_structured["stdout"] == "shell refused: vetoed: shell is not allowed in this session\n"
+    assert result.output_structured["stdout"] == "shell refused: shell is not allowed in this session\n"  # the reason alone
     assert [c.name for c in gate.calls if c.parent_call_id == "call_accept"] == ["shell", "write"]
 
 

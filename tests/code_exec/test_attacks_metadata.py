@@ -132,8 +132,7 @@ def test_a_nul_in_a_description_is_shown_escaped_and_breaks_nothing(hostile_serv
     assert_two(nx)
     text = description(nx)
     # shown as the escape: in a comment as it is, in a docstring with its backslash escaped
-    assert "\x00" not in text and '"""Reads things.\\\\x00 And then\\\\x00 some."""' in text
-    assert "  # an\\x00argument" in text
+    assert "\x00" not in text and "'''Reads things.\\\\x00 And then\\\\x00 some.\n    x: an\\\\x00argument'''" in text
     result = run(nx, "import tools\n\ndef run(ctx):\n    return tools.evil_nul(x='y').output\n")
     assert result.output_structured == {"result": "this is nul"}, result.error
     assert calls("evil") == [{"name": "nul", "arguments": {"x": "y"}}]
@@ -147,7 +146,8 @@ def test_a_property_named_like_a_siblings_class_keeps_both(hostile_servers: Any)
         "b": {"type": "object", "properties": {"x": {"type": "integer"}}},
     })]})
     assert_two(nx)
-    assert "RtTArgsB_: str | None = None,  # JSON name 'RtTArgsB'" in description(nx)
+    text = description(nx)
+    assert "RtTArgsB_: str | None = None" in text and "RtTArgsB_: JSON name 'RtTArgsB" in text
     result = run(nx, "import tools\n\ndef run(ctx):\n"
                      "    return tools.rt_t(RtTArgsB_='v', b=tools.RtTArgsB(x=1)).output\n")
     assert result.output_structured == {"result": "this is t"}, result.error
@@ -159,8 +159,8 @@ def test_a_one_of_of_5000_objects_is_typed_any_and_says_why(hostile_servers: Any
                 "additionalProperties": False} for i in range(5000)]
     nx, calls = hostile_servers({"big": [mcp_tool("union", {"v": {"oneOf": options}})]})
     assert_two(nx)
-    assert ("v: Any = None,  # (oneOf of 5000 options, more than the 16 bindings show: typed Any)"
-            in description(nx))
+    text = description(nx)
+    assert "v: Any = None)" in text and "\n    v: (oneOf of 5000 options, more than the 16 bindings show: typed Any)" in text
     result = run(nx, "import tools\n\ndef run(ctx):\n    return tools.big_union(v={'k7': 'x'}).output\n")
     assert result.output_structured == {"result": "this is union"}, result.error
     assert calls("big")[0]["arguments"] == {"v": {"k7": "x"}}
@@ -172,7 +172,7 @@ def test_an_enum_of_200k_values_does_not_fill_the_description(hostile_servers: A
     assert_two(nx)
     text = description(nx)
     assert len(text) < 20_000, len(text)  # 2.4 MB of Literal[...] before
-    assert "v: str | None = None,  # (one of 200000 values, more than the 64 bindings list)" in text
+    assert "v: str | None = None)" in text and "\n    v: (one of 200000 values, more than the 64 bindings list)" in text
     result = run(nx, "import tools\n\ndef run(ctx):\n    return tools.enum_pick(v='value-000042').output\n")
     assert result.output_structured == {"result": "this is pick"}, result.error
     assert calls("enum")[0]["arguments"] == {"v": "value-000042"}

@@ -160,8 +160,8 @@ def test_a_leading_underscore_json_name_is_a_keyword_of_its_own_name(build: Any)
 
 def test_the_stub_names_each_renamed_field_with_its_json_name(build: Any) -> None:
     _, bindings = build(tool("odd", ODD_NAMES))
-    assert "first_name: str,  # JSON name 'first-name'" in bindings.stubs
-    assert "class_: str,  # JSON name 'class'" in bindings.stubs
+    assert "first_name: JSON name 'first-name'\n" in bindings.stubs
+    assert "\n    class_: JSON name 'class'\n" in bindings.stubs
 
 
 @pytest.mark.parametrize("field", ["str", "int", "float", "bool", "list", "dict", "attrs", "Any", "Literal"])
@@ -214,9 +214,9 @@ def test_optional_fields_default_to_none_and_are_left_out_of_the_call(build: Any
     assert runtime.converter.unstructure(tools.ReadArgs(path="a", limit=5)) == {"path": "a", "limit": 5}
     with pytest.raises(TypeError):
         tools.ReadArgs(limit=5)  # path is required
-    assert "limit: int | None = None" in bindings.stubs
-    assert "    path: str,\n" in bindings.stubs
-    assert "offset: int | None = None,  # Default 1." in bindings.stubs  # the tool's default, in words
+    # the tool's default, shown where the model reads the signature (the binding sends None as
+    # nothing, and the tool applies it)
+    assert "def read(*, path: str, limit: int | None = None, offset: int = 1) -> Result:" in bindings.stubs
 
 
 def test_a_required_nullable_field_is_sent_even_when_none(build: Any) -> None:
@@ -328,7 +328,9 @@ def test_stubs_are_compact_and_parse(build: Any) -> None:
         if isinstance(node, ast.FunctionDef):
             body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
                                                  and isinstance(n.value.value, str))]
-            assert len(body) == 1 and isinstance(body[0].value, ast.Constant) and body[0].value.value is Ellipsis  # type: ignore[attr-defined]
+            # a docstring alone, or `...` where there is none
+            assert body == [] or (len(body) == 1 and isinstance(body[0].value, ast.Constant)  # type: ignore[attr-defined]
+                                  and body[0].value.value is Ellipsis)  # type: ignore[attr-defined]
     assert max(len(line) for line in stubs.splitlines()) <= 400
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 import typing
 from collections.abc import Iterator
@@ -81,7 +82,8 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path, compiled: Any) -> None:
     """Every tool's stub names the Args class's fields, in its order, with their annotations and
-    defaults: what the model reads is what the binding takes (500 extra tools too)."""
+    defaults (a schema's short literal default shown as it is): what the model reads is what the
+    binding takes (500 extra tools too)."""
     with default_nexus(tmp_path) as nx:
         tools = [t for t in nx.tools() if t.name != "run_code"] + synthetic(500)
     module, bindings = compiled(tools)
@@ -101,7 +103,12 @@ def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path,
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in stub.parameters.values())
         # the same types: the stub's annotation, read in the real module, is the field's
         for p, f in zip(stub.parameters.values(), attrs.fields(args_cls), strict=True):
-            if eval(p.annotation, types) != hints[f.name]:
+            shown = eval(p.annotation, types)
+            if p.default is not inspect.Parameter.empty and p.default is not None:
+                # the stub shows the tool's default (`limit: int = 500`); the binding takes None too
+                # (the tool applies its default), and checks the value against the same type
+                shown = shown | None
+            if shown != hints[f.name]:
                 differences.append(f"{fname}({p.name})")
         if eval(stub.return_annotation, types) != typing.get_type_hints(getattr(module, fname))["return"]:
             differences.append(f"{fname} ->")
@@ -114,11 +121,12 @@ def test_argument_docs_are_whole_with_their_defaults_and_constraints(tmp_path: P
         description = nx.tool("run_code").description
     # not cut mid-word at 80 characters, as the stubs once did
     assert "…" not in description
-    assert ("# Seconds before the command and everything it started are killed" in description
-            and "(default 60, at most 600). More than 0." in description)
-    assert "offset: int | None = None,  # Line number to start at (1 is the first line). Default 1." in description
+    assert "timeout: Seconds before it and all it started are killed. At most 600, more than 0." in description
+    # a default is shown once, in the signature; the default limits as numbers, not setting names
+    assert "def read(*, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:" in description
+    assert "limit: int = 500" in description and "max_results" not in description and "read_lines" not in description
     # written for scripts: read's numbering is for direct calls; a script reads .content
-    assert "cat -n" not in description and "`.content` holds its lines exactly as in the file" in description
+    assert "cat -n" not in description and "the lines exactly as in the file (no line numbers)" in description
     # the context and the scratch folder are documented
     for words in ("ctx.call_id", "ctx.remaining()", "scratch folder"):
         assert words in description
@@ -182,7 +190,7 @@ def test_an_alias_is_one_line_and_reaches_the_gates_as_its_tool(tmp_path: Path) 
         script = ("import tools\n\ndef run(ctx):\n    try:\n        tools.bash(command='id')\n"
                   "    except tools.ToolVetoed as exc:\n        return [tools.bash is tools.shell, exc.reason]\n")
         result = nx.invoke("run_code", {"script": script})
-        assert result.output_structured == {"result": [True, "vetoed: no shell from scripts"]}, result.error
+        assert result.output_structured == {"result": [True, "no shell from scripts"]}, result.error
         assert ("shell", "shell") in gate.seen  # the call is the shell's, by its own name
         # a call forged by the alias's name reaches the same gate, as the same tool
         forged = ("import typing\n\ndef run(ctx):\n    channel = typing.sys.modules['_nexus_rt']._channel\n"
@@ -207,9 +215,14 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nexus]:
 def test_past_max_listed_tools_the_description_names_groups_with_counts(big: Nexus) -> None:
     description = big.tool("run_code").description
     assert "def " not in description.split("Example:")[1].split("\n\n", 2)[-1]  # no stub listed
-    assert "# - MCP server github: 300 tools (e.g. github_0, github_1, github_10, github_100, ...)" in description
-    assert "# - the host's own tools: 200 tools (e.g. crm_0, crm_1, crm_10, crm_100, ...)" in description
-    assert "# - nexus.tool.file: 7 tools (apply_patch, edit, glob, grep, list, read, write)" in description
+    # a group's line names its likely first calls, then its shortest names (not the alphabet's first)
+    assert "# - MCP server github: 300 tools (e.g. github_0, github_1, github_2, github_3, github_4, github_5, ...)" \
+        in description
+    assert "# - the host's own tools: 200 tools (e.g. crm_0, crm_1, crm_2, crm_3, crm_4, crm_5, ...)" in description
+    assert "# - nexus.tool.file: 7 tools (list, read, edit, glob, grep, write, apply_patch)" in description
+    # the contract is there without a stub: the error classes and Result
+    for words in ("tools.ToolVetoed", "tools.ToolFailed", "tools.ToolError", "`.tool` and `.reason`", "tools.Result"):
+        assert words in description
     assert f"call the\n# {API_TOOL} tool" in description
     assert len(description) < 6000  # ~1,500 tokens: bench/bench_tokens.py counts them
 
@@ -223,15 +236,48 @@ def test_run_code_api_returns_the_exact_stubs_of_what_matches(big: Nexus) -> Non
     bindings = engine.bindings()
     by_name = big.invoke(API_TOOL, {"names": ["read", "github_7"]}).output
     assert by_name == bindings.stub_of("read") + "\n\n\n" + bindings.stub_of("github_7")
-    assert "def read(\n    *,\n    path: str," in by_name and "class ReadResult:" in by_name
+    assert "def read(*, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:" in by_name
+    assert "class ReadResult:" in by_name
     found = big.invoke(API_TOOL, {"query": "regular expression search file contents"}).output
-    assert found.startswith(bindings.stub_of("grep"))
+    head, _, stubs = found.partition("\n\n")
+    assert re.fullmatch(r"# \d+ tools matched, 12 shown; give limit= \(or a narrower query\) for more", head)
+    assert stubs.startswith(bindings.stub_of("grep"))
+    one = big.invoke(API_TOOL, {"query": "regular expression search file contents", "limit": 1}).output
+    assert one.endswith("1 shown; give limit= (or a narrower query) for more\n\n" + bindings.stub_of("grep"))
+    # the runtime's classes, which every stub names
+    runtime_text = big.invoke(API_TOOL, {"names": ["Result", "ToolError"]}).output
+    assert "class ToolError(Exception):" in runtime_text and "class Result:" in runtime_text
     assert big.invoke(API_TOOL, {"names": ["raed"]}).output == "# no tool or group 'raed'; did you mean 'read'?"
+    # a group: its tools one line each, after how many matched; their stubs when asked for
     group = big.invoke(API_TOOL, {"names": ["nexus.tool.shell"]}).output
-    assert group == bindings.stub_of("bash") + "\n\n\n" + bindings.stub_of("shell")
+    assert group == ("# 2 tools matched, 2 shown\n\n# shell: Run a shell command in the workspace; a non-zero exit "
+                     "code is no failure.\nbash = shell")
+    stubs = big.invoke(API_TOOL, {"names": ["nexus.tool.shell"], "stubs": True}).output
+    assert stubs == "# 2 tools matched, 2 shown\n\n" + bindings.stub_of("shell") + "\n\n\n" + bindings.stub_of("bash")
     # and what it returns runs
     script = "import tools\n\ndef run(ctx):\n    r = tools.github_7(query='q', filters=[{'field': 'a'}])\n    return r.total\n"
     assert big.invoke("run_code", {"script": script}).output == "7"
+
+
+def test_a_group_line_names_the_marked_tools_then_the_likely_first_calls(tmp_path: Path) -> None:
+    """Issue 23: `crm: 404 tools (e.g. crm_archive_account, crm_archive_address, ...)` hid the four a
+    task needed. A plugin's mark comes first, then names that read like a first call, then the
+    shorter names; never the alphabet's first."""
+    names = [f"crm_archive_{w}" for w in ("account", "address", "contact", "deal", "invoice", "lead", "note",
+                                         "order", "quote")] + ["crm_find_customer", "crm_search", "crm_update_order"]
+    tools = [ToolDef(name=n, handler=lambda a: "ok", description=f"{n} does it.",
+                     annotations={"mcp_server": "crm", **({"featured": True} if n == "crm_update_order" else {})})
+             for n in names]
+    with default_nexus(tmp_path, max_listed_tools=12) as nx:
+        for t in tools:
+            nx.add_tool(t)
+        description = nx.tool("run_code").description
+        assert ("# - MCP server crm: 12 tools (e.g. crm_update_order, crm_search, crm_find_customer, crm_archive_deal, "
+                "crm_archive_lead, crm_archive_note, ...)") in description
+        listed = nx.invoke(API_TOOL, {"names": ["MCP server crm"], "limit": 3}).output
+        assert listed == ("# 12 tools matched, 3 shown; give limit= (or a narrower query) for more\n\n"
+                          "# crm_update_order: crm_update_order does it.\n# crm_search: crm_search does it.\n"
+                          "# crm_find_customer: crm_find_customer does it.")
 
 
 def test_the_companion_tool_comes_and_goes_with_the_groups(tmp_path: Path) -> None:
@@ -308,8 +354,9 @@ def test_type_hints_give_typed_results_in_scripts(tmp_path: Path) -> None:
             nx.register(fn)
         description = nx.tool("run_code").description
         for stub in ("def count_words(*, text: str) -> CountWordsResult:", "CountWordsResult = int",
-                     "SplitWordsResult = list[str]", "class OriginResult:", "class GrowArgsBox:  # or a dict",
-                     "class GrowResult:", "class ForecastResult:", "IsEmptyResult = bool"):
+                     "SplitWordsResult = list[str]", "class OriginResult:", "class GrowArgsBox:",
+                     # a result of an argument's shape is that argument's class
+                     "def grow(*, box: GrowArgsBox) -> GrowArgsBox:", "class ForecastResult:", "IsEmptyResult = bool"):
             assert stub in description
         script = """\
 import tools

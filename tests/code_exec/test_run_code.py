@@ -314,7 +314,7 @@ def test_a_veto_is_ToolVetoed_which_the_script_can_catch_and_go_on(nx: Nexus, ga
             return tools.echo(text="public").output
         """))
     assert result.output_structured["result"] == "public"
-    assert result.output_structured["stdout"] == "vetoed: echo vetoed: secrets stay here True\n"
+    assert result.output_structured["stdout"] == "vetoed: echo secrets stay here True\n"  # .reason: the reason alone
     assert [c.arguments["text"] for c in gate.inner("echo")] == ["secret", "public"]
 
 
@@ -431,13 +431,18 @@ def test_output_that_does_not_match_the_schema_is_ToolFailed(nx: Nexus) -> None:
     wrong = ToolResult(id="", name="", output="", output_structured={**STATS_VALUE, "count": "many"})
     nx.add_tool(fixed_tool("stats", wrong, STATS_SCHEMA))
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return tools.stats()\n"))
-    assert result.error.startswith("runtime error: line 4: ToolFailed: stats: its output does not match its output schema")
+    # the tool's fault, not the script's: said so, with what it returned, and that it may have acted
+    assert result.error.startswith("runtime error: line 4: ToolFailed: stats: the tool misbehaved: its result does "
+                                   "not match its own output schema (")
+    assert "its effect may have happened. It returned: {" in result.error and '"count": "many"' in result.error
 
 
 def test_output_that_is_not_json_is_ToolFailed(nx: Nexus) -> None:
     nx.add_tool(fixed_tool("stats", "just some prose", STATS_SCHEMA))
     result = assert_error(run(nx, "import tools\n\ndef run(ctx):\n    return tools.stats()\n"))
-    assert result.error == "runtime error: line 4: ToolFailed: stats: its output is not the JSON its output schema promises"
+    assert result.error == ("runtime error: line 4: ToolFailed: stats: the tool misbehaved: its result is not the JSON "
+                            "its output schema promises; the call itself was not wrong, and its effect may have "
+                            "happened. It returned: just some prose")
 
 
 def test_a_tool_without_output_schema_returns_Result(nx: Nexus) -> None:

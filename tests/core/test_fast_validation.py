@@ -101,6 +101,20 @@ def test_a_draft_3_schema_with_required_on_a_property_gets_a_clear_error_not_a_c
         assert nx.invoke("t3", {"x": 1}).output == "ok"
 
 
+def test_each_missing_argument_is_named_once() -> None:
+    """jsonschema reports `required` once per missing key, each error naming the whole list: the
+    explanation (what models, `nexus call` and MCP clients read) names each missing key once."""
+    schema = {"type": "object", "properties": {"from_unit": {"type": "string"}, "to_unit": {"type": "string"},
+                                               "value": {"type": "number"}},
+              "required": ["from_unit", "to_unit", "value"]}
+    tool = native_tool("convert", input_schema=schema, run=lambda a: "ok")
+    with Nexus(autoload=False, tools=[tool]) as nx:
+        assert nx.invoke("convert", {}).error == ("invalid arguments for convert: from_unit: required, but missing; "
+                                                  "to_unit: required, but missing; value: required, but missing")
+        assert nx.invoke("convert", {"value": 1}).error == ("invalid arguments for convert: from_unit: required, but "
+                                                            "missing; to_unit: required, but missing")
+
+
 def test_arguments_nested_deeper_than_the_validator_can_walk_are_refused_not_raised() -> None:
     """A recursive schema and arguments nested past the interpreter's recursion limit: jsonschema
     gives up with RecursionError, which must become an invalid-arguments result, not escape."""

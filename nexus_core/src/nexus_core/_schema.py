@@ -268,8 +268,8 @@ def unknown_keys(schema: Mapping[str, Any], instance: dict[Any, Any]) -> list[An
 
 
 def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[tuple[str, ...], str]]:
-    """Every error as `(key path, "path: what is wrong")`, sorted by path; an unknown key is
-    reported at the key's own path, one line per key."""
+    """Every error as `(key path, "path: what is wrong")`, sorted by path, each once; an unknown
+    key or a missing one is reported at the key's own path, one line per key."""
     lines: list[tuple[tuple[str, ...], str]] = []
     for error in errors:
         path: Sequence[Any] = list(error.absolute_path)
@@ -289,7 +289,8 @@ def explain(errors: Iterable[ValidationError], prefix: str = "") -> list[tuple[t
             continue
         where = format_path(path, prefix) or (prefix or "(top level)")
         lines.append((tuple(map(str, path)), f"{where}: {describe_error(error)}"))
-    return sorted(lines)
+    # once each: jsonschema reports `required` once per missing key, each naming the whole list
+    return sorted(set(lines))
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:

@@ -24,11 +24,17 @@ if TYPE_CHECKING:
 PLUGIN_ID = "nexus.tool.code_exec"
 
 #: pure-compute stdlib modules a script may import by default: nothing that reaches the OS
+#: pure computation, as models reach for it: in-memory text and bytes (`io.StringIO` with csv),
+#: parsing (`ast`, `shlex`, `struct`), path strings (`posixpath`). The list keeps scripts to what
+#: run_code is for; it is not the boundary (a module's own imports are reachable from it, as
+#: `typing.sys` is): the OS sandbox is, so `io.open` and `io.FileIO` are open() inside it, held to
+#: the scratch folder and what the sandbox lets a child read (docs/run-code.md, "Imports").
 DEFAULT_ALLOWED_PACKAGES = [
-    "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "dataclasses", "datetime",
-    "decimal", "difflib", "enum", "fnmatch", "fractions", "functools", "hashlib", "heapq", "html",
-    "itertools", "json", "math", "numbers", "operator", "pprint", "random", "re", "statistics",
-    "string", "textwrap", "time", "typing", "unicodedata", "zlib",
+    "abc", "array", "ast", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "colorsys",
+    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "enum", "fnmatch", "fractions",
+    "functools", "graphlib", "hashlib", "heapq", "html", "io", "ipaddress", "itertools", "json", "keyword", "math",
+    "numbers", "operator", "posixpath", "pprint", "random", "re", "shlex", "statistics", "string", "struct",
+    "textwrap", "time", "typing", "unicodedata", "uuid", "zlib",
 ]
 
 

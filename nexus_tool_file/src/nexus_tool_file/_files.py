@@ -23,7 +23,7 @@ from ._paths import FileToolError, Location, Workspace
 from ._settings import Settings
 
 LINE_ENDS = "\r\n"
-PATH_TEXT = "Path of the file, relative to the workspace root (absolute paths must be inside the workspace)."
+PATH_TEXT = "File path, relative to the workspace root (an absolute one must be inside it)."
 
 
 def _result(output: str, structured: dict[str, Any]) -> ToolResult:
@@ -83,9 +83,9 @@ READ_INPUT: dict[str, Any] = {
     "properties": {
         "path": {"type": "string", "description": PATH_TEXT},
         "offset": {"type": "integer", "minimum": 1, "default": 1,
-                   "description": "Line number to start at (1 is the first line)."},
+                   "description": "First line to return (the file's first is 1)."},
         "limit": {"type": "integer", "minimum": 1,
-                  "description": "How many lines to return (default: the plugin's read_lines, 2000)."},
+                  "description": "How many lines to return."},
     },
     "required": ["path"],
     "additionalProperties": False,
@@ -94,20 +94,20 @@ READ_INPUT: dict[str, Any] = {
 READ_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "path": {"type": "string", "description": "the file, relative to the workspace root"},
-        "content": {"type": "string", "description": "the lines returned, exactly as in the file"},
-        "start_line": {"type": "integer", "description": "number of the first line returned"},
-        "lines": {"type": "integer", "description": "how many lines were returned"},
-        "total_lines": {"type": "integer", "description": "how many lines the file has"},
-        "truncated": {"type": "boolean", "description": "more of the file follows what was returned"},
+        "path": {"type": "string"},
+        "content": {"type": "string", "description": "the lines exactly as in the file (no line numbers)"},
+        "start_line": {"type": "integer", "description": "the first line's number"},
+        "lines": {"type": "integer", "description": "lines returned"},
+        "total_lines": {"type": "integer", "description": "lines in the file"},
+        "truncated": {"type": "boolean", "description": "more of the file follows"},
     },
     "required": ["path", "content", "start_line", "lines", "total_lines", "truncated"],
     "additionalProperties": False,
 }
 
 READ_DESCRIPTION = (
-    "Read a UTF-8 text file from the workspace. Returns its lines numbered like `cat -n` "
-    "(number, tab, text); the numbers are not part of the file. Long files come in pieces: give "
+    "Read a UTF-8 text file from the workspace. Called directly, returns its lines numbered like "
+    "`cat -n` (number, tab, text); the numbers are not part of the file. Long files come in pieces: give "
     "`offset` (first line) and `limit` (line count) to read further. Binary files are refused."
 )
 
@@ -192,7 +192,7 @@ WRITE_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string"},
-        "bytes": {"type": "integer", "description": "size of the file written, in bytes (UTF-8)"},
+        "bytes": {"type": "integer", "description": "size written (UTF-8)"},
         "created": {"type": "boolean", "description": "the file did not exist before"},
     },
     "required": ["path", "bytes", "created"],
@@ -229,11 +229,10 @@ EDIT_INPUT: dict[str, Any] = {
     "properties": {
         "path": {"type": "string", "description": PATH_TEXT},
         "old_string": {"type": "string", "minLength": 1,
-                       "description": "The exact text to replace, whitespace and indentation included. "
-                                      "It must occur exactly once unless replace_all is true."},
-        "new_string": {"type": "string", "description": "The text to put in its place."},
+                       "description": "The exact text to replace, whitespace included; it must occur once unless replace_all."},
+        "new_string": {"type": "string", "description": "Its replacement."},
         "replace_all": {"type": "boolean", "default": False,
-                        "description": "Replace every occurrence instead of requiring one."},
+                        "description": "Replace every occurrence."},
     },
     "required": ["path", "old_string", "new_string"],
     "additionalProperties": False,
@@ -317,9 +316,9 @@ LIST_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string", "default": ".",
-                 "description": "Folder to list, relative to the workspace root (default: the root)."},
+                 "description": "Folder to list, relative to the workspace root."},
         "limit": {"type": "integer", "minimum": 1,
-                  "description": "The most entries to return (at most the plugin's max_results)."},
+                  "description": "The most entries to return."},
     },
     "additionalProperties": False,
 }
@@ -338,14 +337,14 @@ LIST_OUTPUT: dict[str, Any] = {
             "required": ["name", "type", "size"],
             "additionalProperties": False,
         }},
-        "truncated": {"type": "boolean", "description": "the folder holds more entries than returned"},
+        "truncated": {"type": "boolean", "description": "more entries than returned"},
     },
     "required": ["path", "entries", "truncated"],
     "additionalProperties": False,
 }
 
 LIST_DESCRIPTION = (
-    "List what a folder in the workspace holds, sorted by name; folders end with `/`. "
+    "List what a folder in the workspace holds, sorted by name; called directly, folders end with `/`. "
     "Not recursive: use glob to find files by name anywhere below a folder."
 )
 

@@ -28,7 +28,7 @@ from ._settings import Settings
 #: grep shows at most this much of a matching line: a minified file's one line can be megabytes
 MAX_LINE_CHARS = 500
 
-FOLDER_TEXT = "Folder to search, relative to the workspace root (default: the root)."
+FOLDER_TEXT = "Folder to search, relative to the workspace root."
 
 
 def _folder(ws: Workspace, requested: str) -> tuple[str, str]:
@@ -52,11 +52,11 @@ GLOB_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "pattern": {"type": "string", "minLength": 1,
-                    "description": "Glob matched against paths below `path`: `*.py` (that folder only), "
-                                   "`**/*.py` (any depth), `src/**/test_*.{py,pyi}`."},
+                    "description": "Glob matched below `path`: `*.py` (that folder), `**/*.py` (any depth), "
+                                   "`src/**/test_*.{py,pyi}`."},
         "path": {"type": "string", "default": ".", "description": FOLDER_TEXT},
         "limit": {"type": "integer", "minimum": 1,
-                  "description": "The most paths to return (at most the plugin's max_results)."},
+                  "description": "The most paths to return."},
     },
     "required": ["pattern"],
     "additionalProperties": False,
@@ -66,18 +66,18 @@ GLOB_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "paths": {"type": "array", "items": {"type": "string"},
-                  "description": "matching files, relative to the workspace root: each folder's "
-                                 "files by name, then its subfolders'"},
-        "truncated": {"type": "boolean", "description": "more files may match than were returned (the limit, "
-                                                       "or max_search_seconds, was reached)"},
+                  "description": "relative to the workspace root; each folder's files by name, then its "
+                                 "subfolders'"},
+        "truncated": {"type": "boolean", "description": "more may match (the limit or max_search_seconds was "
+                                                       "reached)"},
     },
     "required": ["paths", "truncated"],
     "additionalProperties": False,
 }
 
 GLOB_DESCRIPTION = (
-    "Find files in the workspace whose path matches a glob pattern. Returns their paths relative to "
-    "the workspace root, one per line. Folders such as .git and node_modules are skipped."
+    "Find files in the workspace whose path matches a glob pattern. Called directly, returns their "
+    "paths relative to the workspace root, one per line. Folders such as .git and node_modules are skipped."
 )
 
 
@@ -122,16 +122,16 @@ GREP_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "pattern": {"type": "string", "minLength": 1,
-                    "description": "Regular expression searched for in each line: Python's syntax, matched by "
-                                   "RE2, so without backreferences or lookaround."},
+                    "description": "Regular expression for a line (Python syntax, matched by RE2: no "
+                                   "backreferences or lookaround)."},
         "path": {"type": "string", "default": ".",
-                 "description": "File or folder to search, relative to the workspace root (default: the root)."},
+                 "description": "File or folder to search, relative to the workspace root."},
         "include": {"type": "string",
-                    "description": "Only search files matching this glob: `*.py` matches file names, "
-                                   "a glob with `/` matches paths below `path` (`src/**/*.ts`)."},
+                    "description": "Only files matching this glob: `*.py` by name, one with `/` by path below "
+                                   "`path` (`src/**/*.ts`)."},
         "ignore_case": {"type": "boolean", "default": False, "description": "Match regardless of case."},
         "limit": {"type": "integer", "minimum": 1,
-                  "description": "The most matching lines to return (at most the plugin's max_results)."},
+                  "description": "The most matching lines to return."},
     },
     "required": ["pattern"],
     "additionalProperties": False,
@@ -144,22 +144,22 @@ GREP_OUTPUT: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "relative to the workspace root"},
-                "line": {"type": "integer", "description": "line number, from 1"},
-                "text": {"type": "string", "description": f"the line (its first {MAX_LINE_CHARS} characters)"},
+                "line": {"type": "integer", "description": "from 1"},
+                "text": {"type": "string", "description": f"its first {MAX_LINE_CHARS} characters"},
             },
             "required": ["path", "line", "text"],
             "additionalProperties": False,
         }},
-        "truncated": {"type": "boolean", "description": "there may be more matches than were returned (the "
-                                                       "limit, or max_search_seconds, was reached)"},
+        "truncated": {"type": "boolean", "description": "more may match (the limit or max_search_seconds was "
+                                                       "reached)"},
     },
     "required": ["matches", "truncated"],
     "additionalProperties": False,
 }
 
 GREP_DESCRIPTION = (
-    "Search file contents in the workspace for a regular expression. Returns one `path:line:text` "
-    "per matching line. Binary files and folders such as .git and node_modules are skipped."
+    "Search file contents in the workspace for a regular expression. Called directly, returns one "
+    "`path:line:text` per matching line. Binary files and folders such as .git and node_modules are skipped."
 )
 
 

@@ -31,25 +31,39 @@ TOOLS: list[tuple[str, Handler, str, dict[str, Any], dict[str, Any], bool]] = [
 ]
 
 
-#: what a run_code script's binding says about a tool whose description speaks of the text a
-#: direct call returns (numbered lines, one path per line): a script reads typed fields
+#: what a run_code script's binding says about a tool: the facts of its description that its
+#: result class does not show already (a script reads typed fields, not the text a direct call
+#: returns: numbered lines, one path per line), and none of the advice for direct calls
 CODE_DESCRIPTIONS = {
-    "read": ("Read a UTF-8 text file from the workspace: `.content` holds its lines exactly as in the file "
-             "(no line numbers), `.start_line` the number of the first. Long files come in pieces: give "
-             "`offset` (first line) and `limit` (line count) to read further; `.truncated` says more "
-             "follows. Binary files are refused (ToolFailed)."),
-    "glob": ("Find files in the workspace whose path matches a glob pattern: `.paths`, relative to the "
-             "workspace root. Folders such as .git and node_modules are skipped."),
-    "grep": ("Search file contents in the workspace for a regular expression: `.matches`, each with "
-             "`.path`, `.line` (from 1) and `.text`. Binary files and folders such as .git and "
+    "read": "Read a UTF-8 text file (a binary one is refused), a long one in pieces with `offset` and `limit`.",
+    "write": "Create a file, or replace all its content, in one step. To change part of a file, use edit.",
+    "edit": "Replace `old_string` with `new_string`; a missing or repeated one raises ToolFailed, changing nothing.",
+    "list": "List a folder, sorted by name. Not recursive: glob finds files at any depth.",
+    "glob": "Find files whose path matches a glob. Folders such as .git and node_modules are skipped.",
+    "grep": ("Search file contents for a regular expression. Binary files and folders such as .git and "
              "node_modules are skipped."),
-    "list": ("List what a folder in the workspace holds, sorted by name: `.entries`, each with `.name`, "
-             "`.type` ('file', 'dir' or 'other') and `.size`. Not recursive: use glob to find files by "
-             "name anywhere below a folder."),
-    "edit": ("Replace text in a file: `old_string` becomes `new_string`. Copy old_string exactly from the "
-             "file, with enough surrounding lines to be unique. Fails (ToolFailed), changing nothing, "
-             "when old_string is missing or occurs more than once (unless replace_all)."),
 }
+
+#: the `limit` argument of each tool that has one: (its default, its most), from the settings
+LIMITS: dict[str, Callable[[Settings], tuple[int, int | None]]] = {
+    "read": lambda s: (s.read_lines, None),
+    "list": lambda s: (s.max_results, s.max_results),
+    "glob": lambda s: (s.max_results, s.max_results),
+    "grep": lambda s: (s.max_results, s.max_results),
+}
+
+
+def with_limits(name: str, schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """`schema` with its `limit`'s default and most as numbers, from this Nexus's settings: a
+    model cannot see the settings, so "the plugin's max_results" would tell it nothing."""
+    limits = LIMITS.get(name)
+    if limits is None:
+        return schema
+    default, most = limits(settings)
+    limit = {**schema["properties"]["limit"], "default": default}
+    if most is not None:  # said, not a `maximum`: a bigger limit is taken as the most, not refused
+        limit["description"] = f"{limit['description']} At most {most}."
+    return {**schema, "properties": {**schema["properties"], "limit": limit}}
 
 
 def bind(handler: Handler, workspace: Workspace, settings: Settings) -> Callable[[dict[str, Any]], ToolResult]:
@@ -117,5 +131,6 @@ def register_tools(register: Callable[..., Any], settings: Settings, workspace: 
         # MCP's tool hints, for hosts that show or gate on them: writers may overwrite files.
         hints = {"readOnlyHint": not writes, **({"destructiveHint": True} if writes else {})}
         register(ToolDef(name=name, handler=bind(handler, workspace, settings), description=description,
-                         input_schema=input_schema, output_schema=output_schema, annotations=hints,
+                         input_schema=with_limits(name, input_schema, settings), output_schema=output_schema,
+                         annotations=hints,
                          code_description=CODE_DESCRIPTIONS.get(name, "")))

@@ -78,15 +78,14 @@ class Settings:
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "stdout": {"type": "string", "description": "what the command wrote to stdout (capped)"},
-        "stderr": {"type": "string", "description": "what the command wrote to stderr (capped)"},
-        "exit_code": {"type": ["integer", "null"],
-                      "description": "the exit status; 128+N when killed by signal N; null when timed out"},
-        "timed_out": {"type": "boolean", "description": "the command ran past its timeout and was killed"},
-        "stdout_truncated": {"type": "boolean", "description": "stdout was longer than the cap"},
-        "stderr_truncated": {"type": "boolean", "description": "stderr was longer than the cap"},
-        "killed": {"type": "array", "description": "the processes killed when the command ended, timed out or "
-                                                   "was stopped (its own shell among them unless it exited)",
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
+        "exit_code": {"type": ["integer", "null"], "description": "128+N when killed by signal N; null when timed out"},
+        "timed_out": {"type": "boolean"},
+        "stdout_truncated": {"type": "boolean", "description": "longer than the cap"},
+        "stderr_truncated": {"type": "boolean"},
+        "killed": {"type": "array", "description": "processes killed when it ended (its shell too unless it "
+                                                   "exited)",
                    "items": {"type": "object", "properties": {"pid": {"type": "integer"}, "name": {"type": "string"}},
                              "required": ["pid", "name"], "additionalProperties": False}},
     },
@@ -105,14 +104,12 @@ def input_schema(default_timeout: float, max_timeout: float) -> dict[str, Any]:
         "type": "object",
         "properties": {
             "command": {"type": "string", "minLength": 1,
-                        "description": "The command line, run by the shell with `-c`: pipes, `&&`, redirects work."},
+                        "description": "Run by the shell with `-c`: pipes, `&&`, redirects work."},
             "workdir": {"type": "string",
-                        "description": "Folder to run in, relative to the workspace root (default: the root). "
-                                       "Must be inside the workspace."},
+                        "description": "Folder to run in, inside the workspace (default: its root)."},
             "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": json_number(max_timeout),
                         "default": json_number(default_timeout),
-                        "description": f"Seconds before the command and everything it started are killed "
-                                       f"(default {default_timeout:g}, at most {max_timeout:g})."},
+                        "description": "Seconds before it and all it started are killed."},
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -128,6 +125,13 @@ def description(max_output_bytes: int) -> str:
         f"detach with setsid, do not outlive the call. stdout and stderr are each capped at {max_output_bytes} bytes; the middle of longer "
         "output is dropped and marked, so filter it (grep, head, tail) when you expect a lot."
     )
+
+
+def code_description(max_output_bytes: int) -> str:
+    """What a run_code script reads of the shell: the facts of `description` without the advice
+    for direct calls (its fields say what comes back)."""
+    return (f"Run a shell command in the workspace; a non-zero exit code is no failure. stdin is empty. stdout "
+            f"and stderr are capped at {max_output_bytes} bytes each, the middle dropped.")
 
 
 # -- the pieces a call needs ----------------------------------------------------------------
@@ -312,4 +316,5 @@ class ShellPlugin(Plugin[Settings]):
         # `tool.name == "shell"` covers `bash` and any configured alias (docs/writing-a-gate.md).
         register(ToolDef(name="shell", handler=handler, description=text, input_schema=schema,
                          output_schema=OUTPUT_SCHEMA, annotations=hints, takes_context=True,
-                         aliases=tuple(settings.aliases), approval_note=APPROVAL_NOTE))
+                         aliases=tuple(settings.aliases), approval_note=APPROVAL_NOTE,
+                         code_description=code_description(settings.max_output_bytes)))

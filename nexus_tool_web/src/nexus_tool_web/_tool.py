@@ -22,12 +22,12 @@ ERROR_BODY_CHARS = 2000
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "url": {"type": "string", "description": "the URL asked for"},
-        "final_url": {"type": "string", "description": "the URL of the page returned, after redirects"},
-        "status": {"type": "integer", "description": "the HTTP status (2xx: other statuses are errors)"},
-        "content_type": {"type": "string", "description": "the Content-Type header (\"\" when there is none)"},
-        "content": {"type": "string", "description": "the page in the format asked for"},
-        "truncated": {"type": "boolean", "description": "the body was longer than max_bytes and was cut"},
+        "url": {"type": "string", "description": "as asked for"},
+        "final_url": {"type": "string", "description": "after redirects"},
+        "status": {"type": "integer", "description": "2xx (other statuses are errors)"},
+        "content_type": {"type": "string", "description": "\"\" when there is none"},
+        "content": {"type": "string", "description": "in the format asked for"},
+        "truncated": {"type": "boolean", "description": "cut at max_bytes"},
     },
     "required": ["url", "final_url", "status", "content_type", "content", "truncated"],
     "additionalProperties": False,
@@ -44,20 +44,16 @@ def input_schema(settings: Settings) -> dict[str, Any]:
         "type": "object",
         "properties": {
             "url": {"type": "string", "minLength": 1, "maxLength": 8192,
-                    "description": "The http:// or https:// URL to fetch."},
+                    "description": "The http:// or https:// URL."},
             "format": {"enum": ["markdown", "text", "html"], "default": "markdown",
-                       "description": "How to return an HTML page: markdown (default), plain text, or the HTML "
-                                      "itself. Other text (JSON, plain text, ...) comes back as it is."},
+                       "description": "How an HTML page comes back; other text comes as it is."},
             "timeout": {"type": "number", "exclusiveMinimum": 0,
                         "maximum": json_number(settings.max_timeout_seconds),
                         "default": json_number(settings.timeout_seconds),
-                        "description": f"Seconds the whole fetch may take, redirects included (default "
-                                       f"{settings.timeout_seconds:g}, at most {settings.max_timeout_seconds:g})."},
+                        "description": "Seconds the whole fetch may take, redirects included."},
             "max_bytes": {"type": "integer", "minimum": 1, "maximum": settings.max_bytes_limit,
                           "default": settings.max_bytes,
-                          "description": f"Most bytes of the body to read; a longer body is cut and marked "
-                                         f"truncated (default {settings.max_bytes}, at most "
-                                         f"{settings.max_bytes_limit})."},
+                          "description": "Most bytes of the body to read; a longer body is cut (truncated)."},
         },
         "required": ["url"],
         "additionalProperties": False,
@@ -71,10 +67,16 @@ def description(settings: Settings) -> str:
         "PDFs, archives) is refused. Redirects are followed (at most "
         f"{settings.max_redirects}). Only public internet addresses are fetched: private, loopback and "
         "link-local addresses are refused unless the configuration allows them. A status other than "
-        "2xx is an error that starts with `HTTP <status>` and shows the start of the page. The body "
-        f"is cut after max_bytes (default {settings.max_bytes}); the whole fetch must finish within "
-        f"timeout seconds (default {settings.timeout_seconds:g})."
+        "2xx is an error that starts with `HTTP <status>` and shows the start of the page."
     )
+
+
+def code_description(settings: Settings) -> str:
+    """What a run_code script reads of webfetch: the facts its arguments' comments do not say
+    already (their defaults and limits are there)."""
+    return (f"Fetch a URL (the host does: a script may call it). Binary content is refused; at most "
+            f"{settings.max_redirects} redirects; private and loopback addresses are refused unless configured. A "
+            "status other than 2xx raises ToolFailed (`HTTP <status>` and the page's start).")
 
 
 def _summary(fetched: Fetched, max_bytes: int) -> str:
@@ -138,4 +140,5 @@ def webfetch_tool(settings: Settings | None = None, *, resolver: Resolver | None
     fetcher = Fetcher(settings, resolver or system_resolver, context)
     return ToolDef(name="webfetch", handler=make_handler(fetcher), description=description(settings),
                    input_schema=input_schema(settings), output_schema=OUTPUT_SCHEMA,
-                   annotations={"readOnlyHint": True, "openWorldHint": True})
+                   annotations={"readOnlyHint": True, "openWorldHint": True},
+                   code_description=code_description(settings))

@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from .._markers import hookimpl
 from .._models import CallContext, Question, ToolCall, ToolResult
 from .._plugin import Plugin
@@ -32,7 +34,7 @@ QUESTION_SCHEMA: dict[str, Any] = {
     "properties": {
         "question": {"type": "string", "minLength": 1, "description": "The question, complete and specific."},
         "options": {"type": "array", "items": {"type": "string"},
-                    "description": "Suggested answers, if the choice is among a few; the user may answer otherwise."},
+                    "description": "Suggested answers; the user may answer otherwise."},
     },
     "required": ["question"],
     "additionalProperties": False,
@@ -43,6 +45,20 @@ DESCRIPTION = (
     "options when the choice is among a few. The user's answer comes back as the result; a "
     "result starting with 'pending:' means the answer will come later."
 )
+
+
+#: what a run_code script reads of it (when to ask is advice for the direct call)
+CODE_DESCRIPTION = "Ask the user; 'pending' when nobody can answer now."
+
+#: the structured result, for programs and run_code scripts
+QUESTION_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["answered", "pending"]},
+        "answer": {"description": "text (or a plugin's data); None while pending"},
+    },
+    "required": ["status"],
+}
 
 
 def _answer_text(answer: Any) -> str:
@@ -80,7 +96,8 @@ def make_question_tool(nexus: Nexus) -> Any:
             output_structured={"status": "answered", "question": question, "options": options, "answer": answer},
         )
 
-    return native_tool("question", DESCRIPTION, QUESTION_SCHEMA, run=run, ctx=True)
+    tool = native_tool("question", DESCRIPTION, QUESTION_SCHEMA, run=run, ctx=True, output_schema=QUESTION_OUTPUT_SCHEMA)
+    return attrs.evolve(tool, code_description=CODE_DESCRIPTION)
 
 
 class QuestionPlugin(Plugin[None]):

@@ -46,14 +46,14 @@ TODOWRITE_SCHEMA: dict[str, Any] = {
     "properties": {
         "todos": {
             "type": "array",
-            "description": "The whole updated todo list; it replaces the previous one.",
+            "description": "The whole list; it replaces the previous one.",
             "items": {
                 "type": "object",
                 "properties": {
                     "content": {"type": "string", "minLength": 1, "description": "What to do, briefly."},
                     "status": {"type": "string", "enum": list(MARKS),
-                               "description": "pending, in_progress (one task at a time), completed or cancelled."},
-                    "id": {"type": "string", "description": "A stable id for the item."},
+                               "description": "One in_progress at a time."},
+                    "id": {"type": "string", "description": "A stable id."},
                     "priority": {"type": "string", "enum": ["high", "medium", "low"]},
                 },
                 "required": ["content", "status"],
@@ -71,6 +71,30 @@ DESCRIPTION = (
     "before starting it, completed as soon as it is done, cancelled if it is no longer needed. "
     "The current list comes back, one line per item."
 )
+
+#: what a run_code script reads of it (the advice on when to use it is for the direct call)
+CODE_DESCRIPTION = "Replace this session's todo list with `todos`; the list comes back as `.todos`."
+
+#: the list as it is now, for programs and run_code scripts (the text lists the same items)
+TODOWRITE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string"},
+                    "status": {"type": "string", "enum": list(MARKS)},
+                    "id": {"type": "string"},
+                    "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                },
+                "required": ["content", "status"],
+            },
+        }
+    },
+    "required": ["todos"],
+}
 
 
 class TodoList:
@@ -114,7 +138,8 @@ def make_todowrite(todo: TodoList) -> Any:
         structured = {"todos": [attrs.asdict(t, filter=lambda _, v: v is not None) for t in items]}
         return ToolResult(id="", name="", output=todo.render(), output_structured=structured)
 
-    return native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run)
+    tool = native_tool("todowrite", DESCRIPTION, TODOWRITE_SCHEMA, run=run, output_schema=TODOWRITE_OUTPUT_SCHEMA)
+    return attrs.evolve(tool, code_description=CODE_DESCRIPTION)
 
 
 class TodoPlugin(Plugin[None]):

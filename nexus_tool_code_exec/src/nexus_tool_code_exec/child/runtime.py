@@ -54,7 +54,13 @@ class ToolError(Exception):
 
 
 class ToolVetoed(ToolError):
-    """A gate refused the call."""
+    """A gate refused the call. `.reason` is the gate's reason alone (the host's error text
+    starts with `vetoed: `, which the message keeps)."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        reason = reason.removeprefix("vetoed: ")
+        super().__init__(tool, reason)
+        self.args = (f"{tool}: vetoed: {reason}",)
 
 
 class ToolFailed(ToolError):
@@ -320,12 +326,29 @@ def call_tool(name: str, args_cls: type | None, args: Any, kwargs: dict[str, Any
         try:
             data = json.loads(result.get("output") or "null")
         except ValueError:
-            raise ToolFailed(name, "its output is not the JSON its output schema promises") from None
+            raise ToolFailed(name, _misbehaved("is not the JSON its output schema promises",
+                                               result.get("output") or "")) from None
     try:
         return converter.structure(data, result_type)
     except Exception as exc:
         detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
-        raise ToolFailed(name, f"its output does not match its output schema: {detail}") from None
+        try:
+            shown = json.dumps(data, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            shown = repr(data)
+        raise ToolFailed(name, _misbehaved(f"does not match its own output schema ({detail})", shown)) from None
+
+
+#: how much of a result that breaks its tool's output schema the error shows
+MISBEHAVED_SHOWN_CHARS = 300
+
+
+def _misbehaved(what: str, returned: str) -> str:
+    """A tool's result that breaks its own contract: the tool's fault, not the call's, and the
+    call may have done its work (its effect happened; only its result cannot be read)."""
+    start = returned[:MISBEHAVED_SHOWN_CHARS] + (" ..." if len(returned) > MISBEHAVED_SHOWN_CHARS else "")
+    return (f"the tool misbehaved: its result {what}; the call itself was not wrong, and its effect may have "
+            f"happened. It returned: {start}")
 
 
 def _json_default(value: Any) -> Any:

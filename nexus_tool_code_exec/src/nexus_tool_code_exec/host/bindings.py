@@ -32,6 +32,7 @@ import functools
 import json
 import keyword
 import logging
+import math
 import re
 import textwrap
 import threading
@@ -173,7 +174,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def constraints(schema: Any, said: str = "") -> str:
+def constraints(schema: Any, said: str = "", default: bool = True) -> str:
     """What a schema says about a value beyond its type, in words (`default 1, at least 1`),
     leaving out what the description `said` already (its own "default 60, at most 600")."""
     if not isinstance(schema, dict):
@@ -186,7 +187,7 @@ def constraints(schema: Any, said: str = "") -> str:
             return
         out.append(text)
 
-    if "default" in schema and "default" not in said:
+    if default and "default" in schema and "default" not in said:
         out.append(f"default {_json_text(schema['default'])}")
     for key, words in (("minimum", "at least"), ("maximum", "at most"), ("exclusiveMinimum", "more than"),
                        ("exclusiveMaximum", "less than")):
@@ -207,9 +208,9 @@ def constraints(schema: Any, said: str = "") -> str:
     return ", ".join(out)
 
 
-def _field_doc(desc: str, schema: Any, notes: list[str]) -> str:
+def _field_doc(desc: str, schema: Any, notes: list[str], default: bool = True) -> str:
     desc = _one_line(desc)
-    more = constraints(schema, desc)
+    more = constraints(schema, desc, default)
     if more:
         more = more[0].upper() + more[1:] + "."
         desc = f"{desc} {more}" if desc else more
@@ -227,9 +228,36 @@ class Field:
     type: str  # its annotation, `| None` added for an optional field
     required: bool
     doc: str  # its description, defaults and constraints, in one line (escaped)
+    #: an argument's default as the stub shows it (`= 500`), where its schema has a short literal
+    #: one: the function takes None as well (the tool then applies that default)
+    shown_default: str | None = None
 
     def param(self) -> str:
+        if self.shown_default is not None:
+            return f"{self.attr}: {self.type.removesuffix(' | None')} = {self.shown_default}"
         return f"{self.attr}: {self.type}" + ("" if self.required else " = None")
+
+
+#: the longest default a stub's signature shows as a literal (longer ones are in its comment)
+MAX_SHOWN_DEFAULT_CHARS = 40
+
+
+def shown_default(schema: Any, type_text: str) -> str | None:
+    """An argument's default, written as the stub's signature shows it, when it is a short
+    literal of the argument's type (`500`, `'.'`, `False`); else None (the comment says it)."""
+    if not isinstance(schema, dict) or "default" not in schema:
+        return None
+    value = schema["default"]
+    base = type_text.removesuffix(" | None")
+    fits = (isinstance(value, bool) and base == "bool"
+            or isinstance(value, int) and not isinstance(value, bool) and base in ("int", "float")
+            and -(1 << 53) < value < (1 << 53)
+            or isinstance(value, float) and base == "float" and math.isfinite(value)
+            or isinstance(value, str) and base == "str" and len(value) <= MAX_SHOWN_DEFAULT_CHARS
+            or base.startswith("Literal[") and _literal(value) and repr(value) in base[8:-1].split(", "))
+    if not fits:
+        return None
+    return visible(repr(value))
 
 
 @attrs.define
@@ -290,6 +318,8 @@ class _Generator:
         self.made: list[str] = []
         #: what a cap changed in the type being made, for its field's comment
         self.notes: list[str] = []
+        #: an argument's nested class by its fields' shape, for a result of the same shape
+        self.shapes: dict[tuple[tuple[str, str, str, bool], ...], str] = {}
 
     def new_class_name(self, *parts: str) -> str:
         name = class_name(*parts)
@@ -392,10 +422,23 @@ class _Generator:
             desc = sub.get("description", "") if isinstance(sub, dict) else ""
             if not isinstance(desc, str):
                 desc = ""
-            fields.append(Field(attr, json_name, typ, is_required, _field_doc(desc, sub, notes)))
+            default = shown_default(sub, typ) if kind == "args" and not is_required else None
+            fields.append(Field(attr, json_name, typ, is_required, _field_doc(desc, sub, notes, default is None),
+                                shown_default=default))
         description = schema.get("description", "")
+        description = description if isinstance(description, str) else ""
+        # a result's object of exactly an argument's shape (todowrite's list, sent and returned) is
+        # that argument's class: one class to read, not two alike
+        shape = tuple((f.attr, f.json_name, f.type, f.required) for f in fields)
+        same = self.shapes.get(shape) if kind == "result" else None
+        if same is not None and not description:
+            self.made.remove(name)
+            self.class_names.discard(name)
+            return same
+        if kind == "nested" and fields:
+            self.shapes.setdefault(shape, name)
         # nested classes were appended by py_type above, so they come before this one
-        self.classes.append(_Class(name, description if isinstance(description, str) else "", fields, kind=kind))
+        self.classes.append(_Class(name, description, fields, kind=kind))
         return name
 
     def alias(self, type_text: str, *hint: str) -> str:
@@ -472,16 +515,27 @@ def _render_stub_class(cls: _Class) -> str:
     if cls.alias_of is not None:
         return f"{cls.name} = {cls.alias_of}"
     head = f"class {cls.name}:"
-    if cls.kind == "nested":
-        head += "  # or a dict with these keys"
     out = [head]
     doc = _doc(_one_line(cls.description), "    ", MAX_STUB_DOC_CHARS)
     if doc:
         out.append(doc.rstrip("\n"))
+    # fields with nothing to say share a line (`pid: int; name: str`): each line costs the model
+    plain: list[str] = []
     for f in cls.fields:
-        out.append(_field_comment(f, f"    {f.param()}"))
+        line = _field_comment(f, f"    {f.param()}")
+        if "#" not in line:
+            plain.append(f.param())
+            continue
+        if plain:
+            out.append("    " + "; ".join(plain))
+            plain = []
+        out.append(line)
+    if plain:
+        out.append("    " + "; ".join(plain))
     if not cls.fields:
         out.append("    pass")
+    if len(out) == 2 and not doc:  # `class ListResult: path: str; truncated: bool`
+        return f"{head} {out[1].strip()}" if "#" not in out[1] else "\n".join(out)
     return "\n".join(out)
 
 
@@ -490,7 +544,7 @@ def _signature(fname: str, params: list[Field], result: str) -> str:
     return f"{fname}(*, {inner}) -> {result}" if params else f"{fname}() -> {result}"
 
 
-def _script_description(tool: ToolDef) -> str:
+def script_description(tool: ToolDef) -> str:
     """What a tool says to scripts: its `code_description`, or else its description."""
     text = getattr(tool, "code_description", None)
     return text if isinstance(text, str) and text.strip() else (tool.description or "")
@@ -567,16 +621,30 @@ def _function_source(fname: str, tool: str, args_class: str | None, result: str,
 
 
 def _function_stub(fname: str, params: list[Field], result: str, summary: str) -> str:
-    doc = _doc(summary, "    ", MAX_STUB_DOC_CHARS)
-    if any(p.doc or p.attr != p.json_name for p in params):
-        lines = [f"def {fname}(", "    *,"]
-        lines += [_field_comment(p, f"    {p.param()},") for p in params]
-        lines.append(f") -> {result}:")
-        head = "\n".join(lines)
-    else:
-        inner = ", ".join(p.param() for p in params)
-        head = f"def {fname}(*, {inner}) -> {result}:" if params else f"def {fname}() -> {result}:"
-    return f"{head}\n{doc}    ..."
+    """`def f(*, a: int, b: str = '.') -> R:` on one line, then one docstring: the tool's summary,
+    then one line per argument that has something to say (`a: what it is. At least 1.`)."""
+    inner = ", ".join(p.param() for p in params)
+    head = f"def {fname}(*, {inner}) -> {result}:" if params else f"def {fname}() -> {result}:"
+    if len(head) > COMMENT_WIDTH:  # one argument a line
+        head = "\n".join([f"def {fname}(", "    *,", *(f"    {p.param()}," for p in params), f") -> {result}:"])
+    lines = [summary.strip()] if summary.strip() else []
+    for p in params:
+        said = [f"JSON name {visible(repr(_cut(p.json_name, MAX_LITERAL_CHARS)))}"] if p.attr != p.json_name else []
+        said += [p.doc] if p.doc else []
+        if said:  # a long one wrapped, as the summary is: every line break costs, but so does width
+            lines += textwrap.wrap(f"{p.attr}: " + "; ".join(said), COMMENT_WIDTH - 4, break_long_words=False,
+                                   break_on_hyphens=False, subsequent_indent="  ")
+    return f"{head}\n{_docstring(lines, '    ')}" if lines else f"{head}\n    ..."
+
+
+def _docstring(lines: list[str], indent: str) -> str:
+    """A docstring of `lines` (escaped as `_doc` escapes), its quotes on its first and last line:
+    single quotes, which the JSON of a declaration carries as they are (`\\"` costs a token)."""
+    text = "\n".join(lines)
+    text = visible(_cut(text, MAX_STUB_BYTES)).replace("\\", "\\\\").replace("'''", '"""')
+    if text.endswith("'"):
+        text = text[:-1] + "\\'"
+    return indent + "'''" + textwrap.indent(text, indent).lstrip(" ") + "'''"
 
 
 def _loose_piece(tool: ToolDef, fname: str, why: str) -> ToolPiece:
@@ -584,7 +652,7 @@ def _loose_piece(tool: ToolDef, fname: str, why: str) -> ToolPiece:
     arguments as keywords (its JSON names) or a dict, unchecked here (the host validates them),
     and returns what the tool returns, as JSON (or `Result` without an output schema)."""
     result = "Result" if tool.output_schema is None else "Any"
-    description = _script_description(tool)
+    description = script_description(tool)
     properties = (tool.input_schema or {}).get("properties")
     names = [visible(repr(_cut(str(n), MAX_NAME_CHARS))) for n in properties] if isinstance(properties, dict) else []
     listed = ", ".join(names)
@@ -621,7 +689,7 @@ def _full_piece(tool: ToolDef, fname: str, taken: Iterable[str]) -> ToolPiece:
         result_fields = tuple(f.attr for f in cls.fields) if cls is not None and cls.alias_of is None else None
     args = next(c for c in gen.classes if c.name == args_cls)
     shown = [c for c in gen.classes if c.kind != "args"]
-    description = _script_description(tool)
+    description = script_description(tool)
     notes = "".join(f"\n({note})" for note in dict.fromkeys(gen.notes))
     piece = ToolPiece(tool=tool, fname=fname, classes=gen.classes, class_names=frozenset(gen.made),
                       args_class=args_cls, result=result, result_fields=result_fields, params=args.fields,
@@ -680,11 +748,10 @@ SOURCE_HEADER = (
     "from _nexus_rt import Record as _Record, Result, ToolError, ToolFailed, ToolVetoed, call_tool as _call\n"
 )
 
-STUB_HEADER = (
-    "# tools: call a function with keywords (or its Args object: tools.read(tools.ReadArgs(path=...)));\n"
-    "# a nested class may be a dict. A veto raises tools.ToolVetoed, a failure tools.ToolFailed (both\n"
-    "# tools.ToolError, with .reason); a tool without an output schema returns tools.Result(output, error, output_file).\n"
-)
+#: what the stubs start with: nothing, the tools' contract (keywords, results as objects, the
+#: error classes, `Result`) is run_code's description's, said once there whether it lists the
+#: stubs or the groups
+STUB_HEADER = ""
 
 
 class Bindings:
@@ -738,7 +805,7 @@ class Bindings:
         note = self.left_out_note()
         if not self.pieces:
             return STUB_HEADER + note + "# (no tools registered)\n"
-        return STUB_HEADER + note + "\n" + "\n\n\n".join(piece.stub for _, piece in self.pieces) + "\n"
+        return STUB_HEADER + note + "\n\n\n".join(piece.stub for _, piece in self.pieces) + "\n"
 
     def left_out_note(self) -> str:
         """The description's lines about the tools left out and renamed, if any."""

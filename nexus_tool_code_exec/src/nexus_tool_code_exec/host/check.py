@@ -82,7 +82,8 @@ _MODULE_HINTS: dict[str, tuple[tuple[str, ...], str]] = {
                                               "tools.list and tools.glob"),
     "pathlib": (("read", "write", "list", "glob"), "the workspace's files are reached with tools.read, "
                                                    "tools.write, tools.list and tools.glob"),
-    "io": (("read", "write"), "read and write the workspace's files with tools.read and tools.write"),
+    "io": ((), "for CSV text, csv.reader(text.splitlines()); text is split with .splitlines(); the workspace's "
+               "files are read and written with the tools"),
     "shutil": (("write", "shell"), "copy and move files with tools.write or tools.shell"),
     "glob": (("glob",), "find files with tools.glob(pattern=...)"),
     "tempfile": ((), "the working folder is already a scratch folder of this run"),
@@ -95,6 +96,14 @@ _THREAD_HINTS = {
     "subprocess": (("shell",), "run commands with tools.shell(command=...)"),
     "asyncio": ((), "tool calls are plain calls that block: fan out with parallel.map(items, fn) or "
                     "parallel.all(f, g)"),
+}
+#: for a dunder attribute a script reaches for, the allowed way to the same end
+_DUNDER_HINTS = {
+    "__name__": "to tell tool errors apart, catch the class (`except tools.ToolVetoed`) or test isinstance(e, "
+                "tools.ToolFailed), and read e.tool and e.reason",
+    "__class__": "use type(x) or isinstance(x, C)",
+    "__dict__": "a tools result's fields are in its stub: read them as attributes",
+    "__doc__": "the tools' docstrings are in run_code's description (or run_code_api's answer)",
 }
 PARALLEL_FUNCTIONS = ("map", "for_each", "all")
 #: the names a script has without binding them
@@ -249,7 +258,8 @@ class _Checker:
             elif kind is ast.Attribute:
                 assert isinstance(node, ast.Attribute)
                 if node.attr.startswith("__") and node.attr.endswith("__"):
-                    self.add(node.lineno, f"dunder attribute {node.attr!r} is not allowed")
+                    hint = _DUNDER_HINTS.get(node.attr)
+                    self.add(node.lineno, f"dunder attribute {node.attr!r} is not allowed" + (f": {hint}" if hint else ""))
                 else:
                     attributes.append(node)
             elif kind is ast.Call:
@@ -372,6 +382,8 @@ class _Checker:
             self.add(line, f"import of {name!r} is not allowed: scripts may not start threads or processes ({hint})")
         elif top not in self.allowed:
             hint = _hint(top, _MODULE_HINTS, self.api)
+            if top in ("os", "pathlib") and "posixpath" in self.allowed:
+                hint += ("; " if hint else "") + "path strings are joined and split with posixpath (join, basename, splitext)"
             self.add(line, f"import of {name!r} is not allowed (allowed: "
                            f"{', '.join(sorted(self.allowed | set(PROVIDED_MODULES)))}, skills.<active skill>)"
                            + (f"; {hint}" if hint else ""))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ from .bindings import (
     BindingsCache,
     ToolPiece,
     left_out_note,
+    script_description,
     visible,
 )
 from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
@@ -106,6 +108,10 @@ API_INPUT_SCHEMA = {
                   "description": "Words to look for in the tools' names, groups and descriptions."},
         "names": {"type": "array", "items": {"type": "string"},
                   "description": "Tool names, or group names as run_code's description lists them."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 12,
+                  "description": "The most tools to return."},
+        "stubs": {"type": "boolean", "default": False,
+                  "description": "A group's tools as full stubs, not one line each."},
     },
     "additionalProperties": False,
 }
@@ -113,22 +119,37 @@ API_INPUT_SCHEMA = {
 API_DESCRIPTION = (
     "The Python functions a run_code script can call, for the tools that match: give `query` (words "
     "to search for) or `names` (tools, or groups as run_code's description lists them). Returns each "
-    "tool's exact signature, its docstring and the classes of its result, to call as tools.NAME(...)."
+    "tool's exact stub (signature, docstring, result classes), a group's tools one line each unless "
+    "`stubs`, first a line saying how many matched and how many are shown."
 )
 
-#: how many tools a query returns at most (names return every tool they name)
+#: how many tools an answer shows unless `limit` says otherwise
 API_QUERY_LIMIT = 12
+#: words in a tool's name that make it a likely first call of its group (a group line names those first)
+ENTRY_WORDS = frozenset({"search", "find", "list", "get", "query", "lookup", "read", "fetch", "describe"})
+#: what run_code_api answers for the runtime's own names (they are no tool, but every stub uses them)
+RUNTIME_STUB = """class ToolError(Exception):  # a call that did not succeed
+    tool: str  # the tool's name
+    reason: str  # why, as the host said it
+class ToolVetoed(ToolError): ...  # a gate refused the call
+class ToolFailed(ToolError): ...  # the tool ran (or could not) and reported an error
+class Result:  # what a tool without an output schema returns
+    output: str
+    output_file: str | None  # the path of a file it returned"""
+#: how many tools a big group's line names (its first by `CodeExec.rank`)
+GROUP_EXAMPLES = 6
 #: the most characters the group lines of run_code's description take
 GROUP_LINES_BUDGET = 2400
 
 INTRO = """Run a Python script that calls the tools below as Python functions: many calls in one step, in a sandbox.
 
-The script defines `def run(ctx):`. What it returns (JSON-serializable) is the result; what it prints comes back as text.
-- `import tools`, then call a tool with keywords: `r = tools.{example_tool}`. It returns the class its stub shows: read fields as attributes (`r.{example_field}`), not keys.
-- `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]` and `parallel.all(f, g)` is `[f(), g()]`, at most {max_workers} at once, in order; the first error is raised.
-- Other imports: {allowed}.{skills}
-- `ctx.call_id` is this call's id; `ctx.remaining()` the seconds left. The working folder is a scratch folder of this run alone, empty at the start and deleted after it: read and write the workspace's files with the tools, not open().
-- No threads, processes or network. Limits: {timeout}s, {calls} tool calls; you read at most {text} bytes (the middle of longer output is dropped).
+The script defines `def run(ctx):`. You get what it printed, a `--- result ---` line and run's return value (a string as it is, else JSON), or just one of them; at most {text} bytes (UTF-8), the middle of more dropped.
+- `import tools`: `r = tools.{example_tool}` takes keywords (a class-typed one may be a dict) and returns the class in the stub; read fields as attributes (`r.{example_field}`). Results are these objects, not a direct call's text.
+- A veto raises `tools.ToolVetoed`, a failure `tools.ToolFailed`, both `tools.ToolError` with `.tool` and `.reason` (str). A tool without an output schema returns `tools.Result` with `.output` (str) and `.output_file` (str | None: a file it returned).
+- `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]`, `parallel.all(f, g)` is `[f(), g()]`, at most {max_workers} running at once, in order; the first error is raised.
+- Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host, webfetch too), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
+- `ctx.call_id` is this call's id, `ctx.remaining()` the seconds left. The working folder is an empty scratch folder of this run: the workspace's files are reached with the tools, not open().
+- Limits: {timeout}s, {calls} tool calls.
 
 Example:
 {example}
@@ -139,8 +160,7 @@ EXAMPLE_FILES = """    import tools, parallel
     def run(ctx):
         paths = tools.glob(pattern="**/*.md").paths
         texts = parallel.map(paths, lambda p: tools.read(path=p).content)
-        print(len(paths), "files")
-        return {"lines": sum(len(t.splitlines()) for t in texts)}
+        return {"files": len(paths), "lines": sum(len(t.splitlines()) for t in texts)}
 """
 
 EXAMPLE_ANY = """    import tools, parallel
@@ -151,7 +171,7 @@ EXAMPLE_ANY = """    import tools, parallel
 """
 
 GROUPS_NOTE = """# {count} tools, too many to list here; their groups follow. Before writing the script, call the
-# {api} tool with query="what you need" (or names=[...]) for the exact functions and result classes.
+# {api} tool with query="what you need" or names=[tools, or a group for its tools one line each] for the exact functions and result classes.
 """
 
 
@@ -161,6 +181,13 @@ def _size(n: int) -> str:
 
 def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[^0-9a-z]+", text.lower()) if w]
+
+
+@functools.lru_cache(maxsize=8192)
+def _entry_rank(name: str) -> int:
+    """0 for a name that reads like a group's first call (`crm_search`), else 1 (cached: the
+    groups are ranked again at each registration)."""
+    return 0 if ENTRY_WORDS.intersection(_words(name)) else 1
 
 
 def cut_middle(text: str, limit: int) -> str:
@@ -340,15 +367,30 @@ class CodeExec:
             return f"MCP server {server}"
         return tool.plugin or "the host's own tools"
 
+    @staticmethod
+    def rank(tool: ToolDef) -> tuple[int, int, int, str]:
+        """Where a tool comes in its group's line: the ones its plugin marks first (annotation
+        `featured: true`), then the likely first calls (a name with `search`, `find`, `list`,
+        `get`...), then the shorter names (the general tools: `crm_search` before
+        `crm_archive_address`), then by name."""
+        annotations = tool.annotations if isinstance(tool.annotations, dict) else {}
+        return (0 if annotations.get("featured") is True else 1, _entry_rank(tool.name), len(tool.name), tool.name)
+
     def groups(self, bound: list[ToolDef] | None = None, aliases: Container[str] | None = None) -> dict[str, list[str]]:
-        """{group: [tool name or alias, ...]}, the largest groups first; a tool's aliases with it
-        (those in `aliases`, where given: the ones the bindings have)."""
-        out: dict[str, list[str]] = {}
+        """{group: [tool name or alias, ...]}, the largest groups first, each group's tools in
+        `rank` order; a tool's aliases with it (those in `aliases`, where given: the ones the
+        bindings have)."""
+        out: dict[str, list[ToolDef]] = {}
         for tool in bound if bound is not None else self.bound_tools():
-            names = out.setdefault(self.group_of(tool), [])
-            names.append(tool.name)
-            names += [a for a in getattr(tool, "aliases", ()) if aliases is None or a in aliases]
-        return {group: sorted(names) for group, names in sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0]))}
+            out.setdefault(self.group_of(tool), []).append(tool)
+        ordered = {}
+        for group, tools in sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            names: list[str] = []
+            for tool in sorted(tools, key=self.rank):
+                names.append(tool.name)
+                names += [a for a in getattr(tool, "aliases", ()) if aliases is None or a in aliases]
+            ordered[group] = names
+        return ordered
 
     def groups_text(self, bound: list[ToolDef], note: str = "") -> str:
         """One line per group, with how many tools it has (and their names, while they fit)."""
@@ -356,7 +398,7 @@ class CodeExec:
         groups = self.groups(bound)
         used = 0
         for i, (group, names) in enumerate(groups.items()):
-            shown = ", ".join(names) if len(names) <= 8 else "e.g. " + ", ".join(names[:4]) + ", ..."
+            shown = ", ".join(names) if len(names) <= 8 else "e.g. " + ", ".join(names[:GROUP_EXAMPLES]) + ", ..."
             line = visible(f"# - {group}: {len(names)} tool{'s' if len(names) != 1 else ''} ({shown})") + "\n"
             if used + len(line) > GROUP_LINES_BUDGET:
                 rest = len(groups) - i
@@ -367,14 +409,20 @@ class CodeExec:
         return "".join(lines)
 
     def api(self, arguments: dict[str, Any]) -> str:
-        """run_code_api: the exact stubs of the tools that match `query` or `names`."""
+        """run_code_api: the exact stubs of the tools that match `query` or `names` (a group's
+        tools one line each unless `stubs`), at most `limit` of them, after a line saying how
+        many matched."""
         query = arguments.get("query") or ""
         wanted = arguments.get("names") or []
+        limit = int(arguments.get("limit") or API_QUERY_LIMIT)
+        full = bool(arguments.get("stubs"))
         bindings = self.bindings()
         bound = [bindings.by_tool[name][1].tool for name in bindings.by_tool]
         groups = self.groups(bound, bindings.aliases)
         chosen: list[str] = []
+        listed: set[str] = set()  # the tools named by their group: one line each unless `stubs`
         notes: list[str] = []
+        runtime = False
         by_function = {fname: piece.tool.name for fname, piece in bindings.pieces}
         for name in wanted:
             if name in bindings.by_tool or name in bindings.aliases:
@@ -383,6 +431,9 @@ class CodeExec:
                 chosen.append(by_function[name])
             elif name in groups:
                 chosen += groups[name]
+                listed.update(groups[name])
+            elif name in ("Result", "ToolError", "ToolVetoed", "ToolFailed"):
+                runtime = True
             else:
                 close = difflib.get_close_matches(name, [*bindings.by_tool, *groups], n=1)
                 notes.append(f"# no tool or group {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
@@ -397,16 +448,39 @@ class CodeExec:
                             + (w in text_words) for w in words)
                 if score:
                     scored.append((-score, tool.name))
-            found = [name for _, name in sorted(scored)[:API_QUERY_LIMIT]]
+            found = [name for _, name in sorted(scored)]
             if not found:
                 notes.append(f"# no tool matches {query!r}; the groups: " + ", ".join(groups))
             chosen += found
         if not wanted and not query:
             notes.append("# give query= or names=; the groups: " + "; ".join(
-                f"{g} ({', '.join(n)})" for g, n in groups.items()))
+                f"{g} ({len(n)} tools)" for g, n in groups.items()))
         unique = list(dict.fromkeys(chosen))
-        text = "\n\n\n".join(bindings.stub_of(name) for name in unique)
+        shown = unique[:limit]
+        if (query or listed) and (len(unique) > 1 or len(shown) < len(unique)):
+            more = "" if len(shown) == len(unique) else "; give limit= (or a narrower query) for more"
+            notes.insert(0, f"# {len(unique)} tools matched, {len(shown)} shown{more}")
+        parts = [self._api_line(bindings, name) if name in listed and not full else bindings.stub_of(name)
+                 for name in shown]
+        # the one-line entries together, the stubs apart
+        text = ""
+        for i, part in enumerate(parts):
+            if i:
+                text += "\n" if "\n" not in part and "\n" not in parts[i - 1] else "\n\n\n"
+            text += part
+        if runtime:
+            text = RUNTIME_STUB + ("\n\n\n" + text if text else "")
         return "\n".join(notes) + ("\n\n" if notes and text else "") + text
+
+    @staticmethod
+    def _api_line(bindings: Bindings, name: str) -> str:
+        """A tool in one line: its function's name and the first sentence of its docstring."""
+        if name in bindings.aliases:
+            return bindings.stub_of(name)
+        fname, piece = bindings.by_tool[name]
+        text = " ".join(script_description(piece.tool).split())
+        sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+        return visible(f"# {fname}: " + (sentence if len(sentence) <= 160 else sentence[:157] + "..."))
 
     def _sync_api_tool(self, count: int | None = None) -> None:
         """Offer the companion tool exactly while the description lists groups."""

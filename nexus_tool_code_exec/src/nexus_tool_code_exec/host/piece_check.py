@@ -238,7 +238,7 @@ def check_stub(stub: str, names: Iterable[str]) -> None:
             body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
             if isinstance(node, ast.FunctionDef):
                 fine = (len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                        and body[0].value.value is Ellipsis)
+                        and body[0].value.value is Ellipsis) or (not body and body is not node.body)
             else:
                 fine = all(isinstance(s, ast.Pass) or (isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name))
                            for s in body) and not node.bases and not node.keywords
