@@ -32,7 +32,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def _nexus(project: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "nexus_core.cli", *args], cwd=project, env=_env(),
+    """`nexus ARGS` in the project, its nexus.yaml trusted as the person who wrote it would."""
+    return subprocess.Popen([sys.executable, "-m", "nexus_core.cli", "--trust-config", *args], cwd=project, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -105,7 +106,7 @@ def test_nexus_doctor_exits_1_when_a_required_layer_is_missing(project: Path) ->
     config = project / "nexus.yaml"
     config.write_text(config.read_text() + "    require: [seccomp]\n", encoding="utf-8")
     env = _env() | {"NEXUS_SANDBOX_DISABLE": "seccomp"}
-    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "doctor"], cwd=project, env=env,
+    proc = subprocess.run([sys.executable, "-m", "nexus_core.cli", "--trust-config", "doctor"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout
     assert "error: required layer seccomp" in proc.stdout

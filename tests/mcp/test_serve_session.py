@@ -463,7 +463,7 @@ def test_the_mcp_inspector_cli_reads_resources_and_sets_the_log_level(tmp_path: 
     config.write_text(json.dumps({"workspace": str(tmp_path), "session_dir": str(tmp_path / "s"),
                                   "skills": [str(tmp_path / "skills")], "plugins": {"active": ["nexus.skills"]}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    command = ["-e", f"NEXUS_CONFIG={config}", str(BIN / "nexus"), "mcp", "serve"]
+    command = ["-e", f"NEXUS_CONFIG={config}", str(BIN / "nexus"), "--trust-config", "mcp", "serve"]
 
     def inspect(*args: str) -> Any:
         proc = subprocess.run([npx, "-y", INSPECTOR, "--cli", *command, *args], env=env, cwd=tmp_path,
@@ -514,7 +514,7 @@ def test_over_stdio_records_made_outside_any_call_reach_the_client(tmp_path: Pat
     config = tmp_path / "nexus.yaml"
     config.write_text(json.dumps({"workspace": str(tmp_path), "session_dir": str(tmp_path / "s"),
                                   "plugins": {"active": ["test.background"]}}))
-    params = StdioServerParameters(command=str(BIN / "nexus"), args=["--config", str(config), "mcp", "serve"],
+    params = StdioServerParameters(command=str(BIN / "nexus"), args=["--trust-config", "--config", str(config), "mcp", "serve"],
                                    env={"PYTHONPATH": fakes.env()["PYTHONPATH"]}, cwd=tmp_path)
     records: list[Any] = []
 

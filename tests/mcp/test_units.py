@@ -170,10 +170,10 @@ def test_installs_alone_beside_nexus_core(fresh_venv: Any, tmp_path: Path) -> No
         "plugins": {"nexus.mcp.client": {"servers": {
             "fx": {"command": str(venv.python), "args": [str(SERVERS / "fixture_server.py")]}}}},
     }))
-    tools = venv.run("nexus", "--config", str(config), "tools", cwd=tmp_path)
+    tools = venv.run("nexus", "--trust-config", "--config", str(config), "tools", cwd=tmp_path)
     assert tools.returncode == 0, tools.stderr
     assert "fx_echo" in tools.stdout and "nexus.mcp.client" in tools.stdout
-    call = venv.run("nexus", "--config", str(config), "call", "fx_segment", '{"x1": 0, "y1": 0, "x2": 3, "y2": 4}',
+    call = venv.run("nexus", "--trust-config", "--config", str(config), "call", "fx_segment", '{"x1": 0, "y1": 0, "x2": 3, "y2": 4}',
                     cwd=tmp_path)
     assert call.returncode == 0, call.stderr
     assert json.loads(call.stdout)["length"] == 5.0

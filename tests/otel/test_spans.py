@@ -124,28 +124,6 @@ def test_arguments_and_results_are_recorded_only_when_configured(traces: Traces,
     assert again.one("execute_tool echo").attributes["gen_ai.tool.call.result"] == "by the variable"
 
 
-def tool_gates_report_decisions() -> bool:
-    """Whether the tool-call gates report through `nexus_gate_decision` yet (the model-request
-    gates do; the tool path switches to the plugin manager's `gate()` in a pending change)."""
-    seen: list[Any] = []
-
-    class Listen:
-        @hookimpl
-        def nexus_gate_decision(self, decision: Any) -> None:
-            seen.append(decision)
-
-    with Nexus(autoload=False, plugins=[Listen(), Gates()],
-               tools=[native_tool("delete", "Delete.", {"type": "object"}, lambda a: "gone")]) as nx:
-        nx.invoke("delete")
-    return bool(seen)
-
-
-needs_tool_gate_decisions = pytest.mark.skipif(
-    not tool_gates_report_decisions(),
-    reason="the tool-call gates do not report nexus_gate_decision yet (the pending _invoke.py change)")
-
-
-@needs_tool_gate_decisions
 def test_gate_decisions_are_events_naming_the_plugin(traces: Traces) -> None:
     tools = [echo(), native_tool("delete", "Delete.", {"type": "object"}, lambda a: "gone"),
              native_tool("deploy", "Deploy.", {"type": "object"}, lambda a: "deployed")]
@@ -259,8 +237,7 @@ def test_an_inner_call_a_gate_refuses_has_its_veto_event(run_code_nexus: Nexus, 
     (inner,) = traces.named("execute_tool probe")
     assert inner.attributes["error.type"] == "vetoed"
     assert parent_of(inner) == traces.one("execute_tool run_code").context.span_id
-    if tool_gates_report_decisions():
-        assert [e.attributes["nexus.gate.plugin"] for e in inner.events if e.name == "nexus.gate.veto"] == ["Probe"]
+    assert [e.attributes["nexus.gate.plugin"] for e in inner.events if e.name == "nexus.gate.veto"] == ["Probe"]
     run = traces.one("execute_tool run_code")
     assert run.attributes["error.type"] in ("failure", "exception")  # the script raised the veto's ToolError
     (point,) = traces.points("nexus.code_exec.run.duration")
