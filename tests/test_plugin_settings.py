@@ -118,7 +118,7 @@ def test_the_cli_exits_2_naming_the_key_and_line(tmp_path: Path, plugin: str, li
                                                  problem: str) -> None:
     config = write_config(tmp_path, plugin, lines)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    proc = subprocess.run([str(NEXUS_CLI), "--config", str(config), "tools"], capture_output=True, text=True,
+    proc = subprocess.run([str(NEXUS_CLI), "--trust-config", "--config", str(config), "tools"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=120, check=False)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert f"nexus: config error: {config}:{line}: {problem}" in proc.stderr, proc.stderr

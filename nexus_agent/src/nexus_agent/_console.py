@@ -348,8 +348,8 @@ def run_task(session: Session, text: str, display: Display, approver: ConsoleApp
         display.end_text()
         if _stdin_is_a_terminal():  # the terminal echoed `^C` where the cursor was: a line of its own
             display.write(display.calls, "\n")
-        display.note("^C: stopping the turn (Ctrl-C again quits)")
-        try:
+        try:  # from the line on: a second Ctrl-C that comes while it is still being written quits too
+            display.note("^C: stopping the turn (Ctrl-C again quits)")
             while not done.wait(0.05):
                 if approver is not None:
                     approver.refuse_waiting("the task was interrupted")
