@@ -90,7 +90,7 @@ def test_refusals_vetoes_and_error_statuses_reach_the_script_as_exceptions(nexus
         ("refused: 169.254.169.254 is a link-local address (cloud metadata); allow it with "
          "plugins.nexus.tool.web.allow_hosts"),
         f"HTTP 404 Not Found from {site.url('/status/404')}",
-        "vetoed: vetoed: this session may not fetch that",
+        "vetoed: this session may not fetch that",  # ToolVetoed.reason is the reason alone
     ]
     assert site.paths() == ["/status/404"]
 
