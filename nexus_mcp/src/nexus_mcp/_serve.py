@@ -522,15 +522,8 @@ def closing_through_sigterm() -> Iterator[None]:
     then signals after its grace time (the MCP SDK's stdio client waits 2 s) asks for what is
     already under way, and the close finishes (a SIGKILL still ends it, and the supervisor then
     stops the MCP servers' trees)."""
-    try:
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    except ValueError:  # not the main thread
+    with _on_sigterm(lambda signum, frame: None):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -542,8 +535,16 @@ def stop_on_sigterm() -> Iterator[None]:
     def terminate(signum: int, frame: Any) -> None:
         raise Terminated
 
+    with _on_sigterm(terminate):
+        yield
+
+
+@contextmanager
+def _on_sigterm(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """`handler` for SIGTERM while the block runs, the previous one after; nothing off the main
+    thread (where Python cannot set a handler)."""
     try:
-        previous = signal.signal(signal.SIGTERM, terminate)
+        previous = signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
         yield
         return
