@@ -90,6 +90,8 @@ def compile_pattern(pattern: str) -> Any:
 
 
 def _has_lone_surrogate(text: str) -> bool:
+    if text.isascii():  # the common case, without encoding the text once more
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
