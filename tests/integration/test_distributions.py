@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 import pytest
@@ -132,14 +133,14 @@ def test_the_example_serves_its_tools_over_mcp(installed: tuple[Path, Path], wor
     params = StdioServerParameters(command=str(bin_dir / "acme-agent"), args=["mcp", "serve"], cwd=workspace,
                                    env={"PATH": os.environ.get("PATH", "")})
 
-    async def session() -> tuple[set[str], str]:
-        with open(tmp_path / "server-stderr.txt", "w") as err:
-            async with Client(stdio_client(params, errlog=err), cache=None) as client:
-                names = {t.name for t in (await client.list_tools()).tools}
-                read = await client.call_tool("read", {"path": "notes.txt"})
-                return names, read.content[0].text  # type: ignore[union-attr]
+    async def session(err: TextIO) -> tuple[set[str], str]:
+        async with Client(stdio_client(params, errlog=err), cache=None) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            read = await client.call_tool("read", {"path": "notes.txt"})
+            return names, read.content[0].text  # type: ignore[union-attr]
 
-    names, text = anyio.run(session)
+    with open(tmp_path / "server-stderr.txt", "w") as err:
+        names, text = anyio.run(session, err)
     assert {"run_code", "read", "shell"} <= names
     assert "the meeting is at noon" in text
     assert not (workspace / "pwned").exists()
