@@ -114,6 +114,8 @@ def test_a_config_file_is_shipped_byte_for_byte_and_its_plugins_are_the_dependen
     ("json", "in the standard library"),
     ("nexus", "one of Nexus"),
     ("nexus-core", "one of Nexus"),
+    ("click", "is the name of a distribution installed here (click "),
+    ("yaml", "would install the module 'yaml', and one of that name is importable here already"),
 ])
 def test_a_name_that_cannot_be_a_distribution_is_refused_and_nothing_is_written(tmp_path: Path, name: str,
                                                                                says: str) -> None:
@@ -251,3 +253,16 @@ def test_a_missing_distribution_is_a_clear_error(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == 2
     assert "no installed distribution 'gone-agent' (entry point group nexus.distributions)" in proc.stderr
+
+
+def test_a_distribution_whose_package_is_gone_is_a_clear_error(tmp_path: Path) -> None:
+    info = tmp_path / "site" / "gone_agent-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gone-agent\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[nexus.distributions]\ngone-agent = gone_agent\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", "from nexus_core.cli import run_distribution; run_distribution('gone-agent')"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 2
+    assert "gone-agent: the package 'gone_agent' of the distribution 'gone-agent' cannot be imported: " in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -74,13 +74,20 @@ class InstalledDistribution:
 
 
 def find_distribution(name: str) -> InstalledDistribution | None:
-    """The installed distribution called `name` (as its entry point names it), or None."""
+    """The installed distribution called `name` (as its entry point names it), or None;
+    DistributionError when its package cannot be imported."""
     for ep in metadata.entry_points(group=DISTRIBUTIONS_GROUP):
         if ep.name == name:
             import importlib.resources
 
             package = ep.module
-            config = importlib.resources.files(package).joinpath(CONFIG_RESOURCE)
+            try:
+                config = importlib.resources.files(package).joinpath(CONFIG_RESOURCE)
+            except Exception as exc:  # noqa: BLE001 (whatever its import raised, said plainly)
+                from ._plugins import describe_exception
+
+                raise DistributionError(f"the package {package!r} of the distribution {name!r} cannot be imported: "
+                                        f"{describe_exception(exc)}; install it again") from None
             version = ep.dist.version if ep.dist is not None else "?"
             return InstalledDistribution(name, version, package, str(config))
     return None
@@ -125,6 +132,22 @@ def check_name(name: str) -> str:
         raise DistributionError(f"{name!r} would install the module {package!r}, which is "
                                 f"{'one of Nexus' if package.startswith('nexus') else 'in the standard library'}'s; "
                                 "choose another name")
+    # a name or module someone else's package has here: installing this one would replace it
+    # (an agent distribution made again under its own name is fine)
+    ours = {ep.module.split(".")[0] for ep in metadata.entry_points(group=DISTRIBUTIONS_GROUP)}
+    try:
+        other = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        pass
+    else:
+        if not any(ep.group == DISTRIBUTIONS_GROUP for ep in other.entry_points):
+            raise DistributionError(f"{name!r} is the name of a distribution installed here ({other.metadata['Name']} "
+                                    f"{other.version}); installing yours would replace it: choose another name")
+    import importlib.util
+
+    if package not in ours and importlib.util.find_spec(package) is not None:
+        raise DistributionError(f"{name!r} would install the module {package!r}, and one of that name is "
+                                "importable here already; choose another name")
     return package
 
 

@@ -805,9 +805,13 @@ def _main(argv: Sequence[str] | None, distribution: str | None = None) -> int:
     state = CliState()
     prog, complete_var = "nexus", COMPLETE_VAR
     if distribution is not None:
-        from ._distribution import DISTRIBUTIONS_GROUP, find_distribution
+        from ._distribution import DISTRIBUTIONS_GROUP, DistributionError, find_distribution
 
-        state.distribution = find_distribution(distribution)
+        try:
+            state.distribution = find_distribution(distribution)
+        except DistributionError as exc:
+            click.echo(f"{distribution}: {exc}", err=True)
+            return EXIT_USAGE
         if state.distribution is None:
             click.echo(f"{distribution}: no installed distribution {distribution!r} (entry point group "
                        f"{DISTRIBUTIONS_GROUP}): install its package again (pip install ...)", err=True)
