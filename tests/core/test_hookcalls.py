@@ -101,6 +101,56 @@ class CallGate:
         return self.answer(call)
 
 
+def test_each_gate_decision_is_told_to_nexus_gate_decision() -> None:
+    decisions = Decisions()
+    rewrite = CallGate(lambda call: Rewrite({"v": 2}) if call.arguments.get("v") == 1 else None)
+    with echo_nexus(decisions) as nx:
+        nx.register(rewrite, name="rewriter")
+        assert nx.invoke("echo", {"v": 1}).output_structured == {"v": 2}
+        (rewrote,) = decisions.seen
+        assert (rewrote.hook, rewrote.plugin, rewrote.action, rewrote.round) == (
+            "nexus_before_tool_invoke", "rewriter", "rewrite", 1)
+        assert rewrote.subject.arguments == {"v": 1}
+        nx.register(CallGate(lambda call: Veto("no echo") if call.arguments.get("v") == 2 else None), name="vetoer")
+        decisions.seen.clear()
+        assert nx.invoke("echo", {"v": 1}).error == "vetoed: no echo"
+        assert [(d.plugin, d.action, d.round, d.reason) for d in decisions.seen] == [
+            ("rewriter", "rewrite", 1, ""), ("vetoer", "veto", 2, "no echo")]
+
+
+def test_an_ask_and_the_persons_answer_are_decisions_too() -> None:
+    decisions = Decisions()
+    with Nexus(autoload=False, plugins=[decisions, CallGate(lambda call: Ask("Echo it?"))], approver=lambda q: False,
+               tools=[native_tool("echo", run=lambda a: "x")]) as nx:
+        assert nx.invoke("echo").vetoed
+    ask, answer = decisions.seen
+    assert (ask.action, ask.reason) == ("ask", "Echo it?")
+    assert (answer.action, answer.plugin, answer.answer is not None and answer.answer.approved) == ("answer", "user", False)
+
+
+def test_result_and_request_gates_tell_their_decisions() -> None:
+    decisions = Decisions()
+
+    class Redact:
+        @hookimpl
+        def nexus_before_tool_result(self, result: ToolResult) -> Any:
+            return ToolResult(id="", name="", output="[redacted]") if result.output != "[redacted]" else None
+
+    class NoModels:
+        @hookimpl
+        def nexus_before_model_request(self, request: ModelRequest) -> Any:
+            raise RuntimeError("quota service down")
+
+    with echo_nexus(decisions, Redact(), NoModels()) as nx:
+        assert nx.invoke("echo", {"a": 1}).output == "[redacted]"
+        with pytest.raises(ModelError, match="the gate failed"):
+            nx.complete(ModelRequest(provider="p", model="m"))
+    replaced, failed = decisions.seen
+    assert (replaced.hook, replaced.action) == ("nexus_before_tool_result", "replace")
+    assert (failed.hook, failed.action, failed.plugin) == ("nexus_before_model_request", "veto", "NoModels")
+    assert failed.reason == "the gate failed (RuntimeError: quota service down)"
+
+
 def test_a_request_gates_decision_is_told_to_nexus_gate_decision() -> None:
     decisions = Decisions()
 
@@ -133,3 +183,12 @@ def test_no_decision_is_built_when_nobody_listens(monkeypatch: pytest.MonkeyPatc
     with Nexus(autoload=False, plugins=[NoModels()]) as nx:
         with pytest.raises(ModelError, match="no models today"):
             nx.complete(ModelRequest(provider="p", model="m"))
+
+
+def test_no_hookimpl_is_changed_and_pluggy_still_calls_what_the_plugin_wrote() -> None:
+    """The containment and attribution wrap nothing: HookImpl.function is the plugin's own."""
+    gate, seen = CallGate(lambda call: None), Seen("seen")
+    with echo_nexus(gate, seen) as nx:
+        impls = [i for name in ("nexus_before_tool_invoke", "nexus_tool_result")
+                 for i in getattr(nx.plugin_manager.hook, name).get_hookimpls()]
+        assert {i.function for i in impls} == {gate.nexus_before_tool_invoke, seen.nexus_tool_result}

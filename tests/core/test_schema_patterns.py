@@ -130,3 +130,23 @@ def test_data_that_looks_like_a_pattern_is_not_compiled(nexus_factory: NexusFact
                                                        "examples": [{"pattern": "(a)\\1"}]}}}
     nx = nexus_factory(tools=[tool(schema)])
     assert_ok(nx.invoke("victim", {"cfg": {"pattern": "(?=x)"}}))
+
+
+def test_a_lone_surrogate_in_a_pattern_is_refused_at_registration(nexus_factory: NexusFactory) -> None:
+    """JSON can carry half a UTF-16 pair ("\\ud800"), which is not text RE2 takes: a tool whose
+    schema pattern holds one is refused with the pattern named, not a UnicodeEncodeError."""
+    nx = nexus_factory()
+    schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^a\ud800"}}}
+    with pytest.raises(ToolRegistrationError, match="lone surrogate"):
+        nx.add_tool(tool(schema))
+
+
+def test_a_lone_surrogate_in_a_model_string_is_matched_not_a_crash(nexus_factory: NexusFactory) -> None:
+    """A model's argument can hold a lone surrogate too: matched as U+FFFD, the call is checked
+    like any other (an error result naming the mismatch, or the tool's run), never an exception."""
+    nx = nexus_factory(tools=[tool({"type": "object", "properties": {"w": {"type": "string", "pattern": "^[a-z]+$"}}}),
+                              tool({"type": "object", "properties": {"w": {"type": "string", "pattern": "^a"}}},
+                                   name="loose")])
+    result = assert_error(nx.invoke("victim", {"w": "ab\ud800"}), kind="invalid_arguments")
+    assert "does not match" in (result.error or "")
+    assert_ok(nx.invoke("loose", {"w": "a\udfff"}))

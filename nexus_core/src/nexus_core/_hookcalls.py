@@ -83,8 +83,9 @@ class GateRules(Generic[S]):
     """How one gate hook's answers are read and its refusals worded.
 
     `replace(subject, answer)` is the subject an answer other than a Veto, an Ask or None stands
-    for (a Rewrite's new call, a replacement result re-addressed), a string saying why the
-    answer is unusable, or None when it is not an answer this hook takes. `same(a, b)` says
+    for (a Rewrite's new call, a replacement result re-addressed), a string saying what is wrong
+    with the answer ("rewrote the arguments to list, not an object", after the gate's name), or
+    None when it is not an answer this hook takes. `same(a, b)` says
     whether a replacement changes nothing. The words: `name(plugin)` names one implementation in
     a message ("gate 'x'"), `gates` all of them ("result gates"), `replaced` / `replacing` what
     they do, `failed` what a failing gate costs ("; the call is refused"), `answers` what the hook
@@ -120,6 +121,36 @@ class _GateRaised(Exception):
         super().__init__(plugin)
         self.plugin = plugin
         self.error = error
+
+
+class _Observed:
+    """An observer hook's caller as `Nexus.hook` hands it out: calling it is `notify`; anything
+    else (`get_hookimpls()`, `spec`, `name`) is pluggy's caller's."""
+
+    def __init__(self, pm: NexusPluginManager, caller: pluggy.HookCaller) -> None:
+        self._pm = pm
+        self._caller = caller
+
+    def __call__(self, **kwargs: Any) -> list[Any]:
+        self._pm.notify(self._caller.name, **kwargs)
+        return []  # what pluggy returns for a hook whose implementations return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._caller, name)
+
+
+class ContainedRelay:
+    """`Nexus.hook`: pluggy's hook relay, but an observer hook fired through it (`nx.hook.x(...)`)
+    runs each implementation contained, as `notify` does, whoever fires it."""
+
+    def __init__(self, pm: NexusPluginManager) -> None:
+        self._pm = pm
+
+    def __getattr__(self, name: str) -> Any:
+        caller = getattr(self._pm.hook, name)
+        if isinstance(caller, pluggy.HookCaller) and self._pm.kind(name) == "observer":
+            return _Observed(self._pm, caller)
+        return caller
 
 
 def quoted(plugin: str) -> str:
@@ -182,7 +213,9 @@ class HookCalls:
         # then pluggy's to call, unattributed): pluggy keeps or drops a plugin, not one impl
         mine = [i for i in plain if i.plugin not in wrapping]
         subset = self._pm.subset_hook_caller(hook, {i.plugin for i in mine})
-        return subset.call_extra([run(i) for i in mine], kwargs)
+        # call_extra puts each method after the ones before it, and pluggy calls the list from
+        # its end: given in reverse, they run in `plain`'s order
+        return subset.call_extra([run(i) for i in reversed(mine)], kwargs)
 
     # -- observers --------------------------------------------------------------------------
 
@@ -300,7 +333,7 @@ class HookCalls:
                     reason = f"{rules.name(plugin)} returned {type(answer).__name__}, not {rules.answers}"
                     return refuse(subject, reason, plugin, round_)
                 if isinstance(replaced, str):
-                    return refuse(subject, replaced, plugin, round_)
+                    return refuse(subject, f"{rules.name(plugin)} {replaced}", plugin, round_)
                 if not rules.same(replaced, subject):
                     tell(rules.replace_action, plugin, subject, "", round_)
                     replacements.append((plugin, replaced))

@@ -7,8 +7,9 @@ The lookup resolves an alias to its tool: every hook gets the canonical `ToolDef
 (`tool.name == "shell"` when `bash` was called) while the call keeps the name it was made with.
 
 Nothing raises to the caller for a tool's failure: each step's failure is an error result.
-Safe to call from many threads at once: the path keeps no state of its own, the registry is
-read without locks (see `_registry`), and which gate did what is recorded per thread.
+Safe to call from many threads at once: the path keeps no state of its own, and the registry
+is read without locks (see `_registry`). The gates and observers are called through the plugin
+manager (`notify`, `gate`: `_hookcalls`), which holds the rules below once for every gate hook.
 
 Gate rules (datasette's: deny wins whatever the plugin order):
 - any `Veto` refuses the call, however many gates let it through or rewrote it; the first veto
@@ -26,7 +27,6 @@ Result gates follow the same rules with a replacement `ToolResult` in place of a
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -46,7 +46,9 @@ from ._models import (
     ToolResult,
     Veto,
 )
-from ._plugins import GateOutcome, NexusPluginManager, describe_exception, record_gate_outcomes
+from ._errors import describe_exception
+from ._hookcalls import GateRules, canonical, names, quoted
+from ._plugins import NexusPluginManager
 from ._registry import ToolRegistry
 from ._results import error_result, normalize_result
 from ._schema import explain
@@ -56,35 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nexus_core")
 
-#: how many times gates may rewrite a call (or replace a result) before it is refused
-MAX_GATE_ROUNDS = 8
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=repr)
-
-
-#: who answered, when no gate implementation did (a hook wrapper changed the results)
-_WRAPPER = "a hook wrapper"
-
-
-def _attributed(values: list[Any], outcomes: list[GateOutcome]) -> list[tuple[str, Any]]:
-    """`(plugin, value)` for each value a gate hook call returned. pluggy returns the non-None
-    values in call order, which is the order they were recorded in; a hook wrapper may have
-    changed the list, and then each value is looked up by identity."""
-    if len(values) == len(outcomes) and all(v is o.value for v, o in zip(values, outcomes)):
-        return [(o.plugin, v) for v, o in zip(values, outcomes)]
-    return [(next((o.plugin for o in outcomes if o.value is v), _WRAPPER), v) for v in values]
-
-
-def _raiser(exc: BaseException, outcomes: list[GateOutcome]) -> str:
-    return next((o.plugin for o in outcomes if o.raised is exc), _WRAPPER)
-
-
-def _quoted(plugin: str) -> str:
-    return plugin if plugin == _WRAPPER else repr(plugin)
-
-
 def _vetoed(call: ToolCall, reason: str, plugin: str | None, kind: ErrorKind = "vetoed") -> ToolResult:
     result = error_result(call, f"vetoed: {reason}", kind)
     if plugin is not None:
@@ -92,9 +65,36 @@ def _vetoed(call: ToolCall, reason: str, plugin: str | None, kind: ErrorKind = "
     return result
 
 
-def _names(plugins: list[str]) -> str:
-    quoted = [_quoted(p) for p in dict.fromkeys(plugins)]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+def _rewritten(call: ToolCall, answer: Any) -> ToolCall | str | None:
+    if not isinstance(answer, Rewrite):
+        return None
+    if not isinstance(answer.arguments, Mapping):
+        return f"rewrote the arguments to {type(answer.arguments).__name__}, not an object"
+    return attrs.evolve(call, arguments=dict(answer.arguments))
+
+
+def _replacement_result(call: ToolCall) -> Any:
+    def replacement(result: ToolResult, answer: Any) -> ToolResult | None:
+        # a replacement belongs to this call whatever id and name it was built with
+        return attrs.evolve(answer, id=call.id, name=call.name) if isinstance(answer, ToolResult) else None
+
+    return replacement
+
+
+#: how `nexus_before_tool_invoke`'s answers are read (the rules are every gate's: `_hookcalls`)
+CALL_GATES: GateRules[ToolCall] = GateRules(
+    replace=_rewritten, same=lambda a, b: canonical(a.arguments) == canonical(b.arguments),
+    name=lambda plugin: f"gate {quoted(plugin)}", gates="gates", replaced="rewrote the arguments",
+    replacing="rewriting", answers="Veto, Rewrite, Ask or None", failed="; the call is refused", asks=True,
+    replace_action="rewrite")
+
+
+def _result_gates(call: ToolCall) -> GateRules[ToolResult]:
+    """How `nexus_before_tool_result`'s answers are read for the results of `call`."""
+    return GateRules(
+        replace=_replacement_result(call), same=lambda a, b: a == b, name=lambda plugin: f"result gate {quoted(plugin)}",
+        gates="result gates", replaced="replaced the result", replacing="replacing",
+        answers="Veto, ToolResult or None", failed="; the result is withheld")
 
 
 def _check_arguments(validator: Any, arguments: Any) -> str:
@@ -154,7 +154,6 @@ class Invoker:
         self._nexus = nexus
         self._pm = pm
         self._registry = registry
-        self._hook = pm.hook
         #: call id -> the approver and cancel token given to that call (or inherited from its
         #: parent), while it runs: an inner call (run_code's, a tool's) finds its parent's here
         self._inherited: dict[str, tuple[Approver | None, CancelToken | None]] = {}
@@ -202,11 +201,7 @@ class Invoker:
                 result = error_result(call, f"invalid arguments for {call.name}: {problems}", "invalid_arguments")
                 return self._finish(call, result, tool)
 
-        if "nexus_tool_invoke" in self._pm.implemented:
-            try:
-                self._hook.nexus_tool_invoke(call=call, tool=tool)
-            except Exception:  # only a hook wrapper can get here: observers are contained
-                log.exception("a hook wrapper of nexus_tool_invoke raised (call %s)", call.id)
+        self._pm.notify("nexus_tool_invoke", call=call, tool=tool)
 
         if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
             return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
@@ -262,11 +257,7 @@ class Invoker:
             approver = self._nexus.approver
         if not question.chain and question.call.parent_call_id is not None:
             question = attrs.evolve(question, chain=self.chain(question.call))
-        if "nexus_ask_start" in self._pm.implemented:
-            try:
-                self._hook.nexus_ask_start(question=question)
-            except Exception:  # only a hook wrapper can get here: observers are contained
-                log.exception("a hook wrapper of nexus_ask_start raised (call %s)", question.call.id)
+        self._pm.notify("nexus_ask_start", question=question)
         answer = Answer(False, "the question was abandoned", by="nobody")
         try:
             if approver is None:
@@ -278,115 +269,47 @@ class Invoker:
                     log.exception("the approver raised (call %s)", question.call.id)
                     answer = Answer(False, f"the approver failed ({describe_exception(exc)})", by="nobody")
         finally:
-            if "nexus_ask_end" in self._pm.implemented:
-                try:
-                    self._hook.nexus_ask_end(question=question, answer=answer)
-                except Exception:
-                    log.exception("a hook wrapper of nexus_ask_end raised (call %s)", question.call.id)
+            self._pm.notify("nexus_ask_end", question=question, answer=answer)
         return answer
 
-    def _approve(self, call: ToolCall, tool: ToolDef, asks: list[tuple[str, Ask]],
-                 approver: Approver | None) -> ToolResult | None:
-        """The approver's decision on a call gates asked about: None to run it, else the veto."""
-        plugins = tuple(dict.fromkeys(p for p, _ in asks))
-        questions = tuple(dict.fromkeys(a.question for _, a in asks))
-        question = Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool)
-        answer = self.ask(question, approver)
-        if answer.approved:
-            return None
-        if answer.by == "nobody":
-            asked = "; ".join(questions)
-            reason = f"gate {_names(list(plugins))} asks {asked!r}, and {answer.text}; the call is refused"
-        else:
-            reason = denial_text(answer)
-        result = _vetoed(call, reason, answer.by)
-        return attrs.evolve(result, metadata={**result.metadata, "asked_by": list(plugins)})
+    def _approval(self, tool: ToolDef, approver: Approver | None) -> Any:
+        """What the call gates' `approve` is for this call: the approver's answer to every
+        asking gate's question at once, and the reason of a denial."""
+
+        def approve(call: ToolCall, asks: tuple[tuple[str, Ask], ...]) -> tuple[Answer, str | None]:
+            plugins = tuple(dict.fromkeys(p for p, _ in asks))
+            questions = tuple(dict.fromkeys(a.question for _, a in asks))
+            answer = self.ask(Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool), approver)
+            if answer.approved:
+                return answer, None
+            if answer.by == "nobody":
+                asked = "; ".join(questions)
+                return answer, f"gate {names(plugins)} asks {asked!r}, and {answer.text}; the call is refused"
+            return answer, denial_text(answer)
+
+        return approve
 
     # -- gates ------------------------------------------------------------------------------
 
     def _gate_call(self, call: ToolCall, tool: ToolDef,
                    approver: Approver | None = None) -> tuple[ToolCall, ToolResult | None]:
-        """Run the call gates until none rewrites, then ask about the final call if a gate
-        asks. Returns the (maybe rewritten) call and, when refused, the error result."""
-        if "nexus_before_tool_invoke" not in self._pm.implemented:
-            return call, None
-        for _ in range(MAX_GATE_ROUNDS):
-            with record_gate_outcomes() as outcomes:
-                try:
-                    values = self._hook.nexus_before_tool_invoke(call=call, tool=tool)
-                except (Exception, SystemExit) as exc:
-                    plugin = _raiser(exc, outcomes)
-                    reason = f"gate {_quoted(plugin)} failed ({describe_exception(exc)}); the call is refused"
-                    return call, _vetoed(call, reason, plugin)
-            rewrites: list[tuple[str, Rewrite]] = []
-            asks: list[tuple[str, Ask]] = []
-            for plugin, value in _attributed(values, outcomes):
-                if isinstance(value, Veto):
-                    return call, _vetoed(call, value.reason, plugin)
-                if isinstance(value, Ask):
-                    if not isinstance(value.question, str) or not value.question.strip():
-                        reason = f"gate {_quoted(plugin)} asked without a question (Ask needs the text to show)"
-                        return call, _vetoed(call, reason, plugin)
-                    asks.append((plugin, value))
-                    continue
-                if isinstance(value, Rewrite):
-                    if not isinstance(value.arguments, Mapping):
-                        reason = (f"gate {_quoted(plugin)} rewrote the arguments to "
-                                  f"{type(value.arguments).__name__}, not an object")
-                        return call, _vetoed(call, reason, plugin)
-                    if _canonical(value.arguments) != _canonical(call.arguments):
-                        rewrites.append((plugin, value))
-                else:
-                    reason = f"gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, Rewrite, Ask or None"
-                    return call, _vetoed(call, reason, plugin)
-            if not rewrites:
-                # a veto of this round has returned already: deny wins over ask
-                return call, (self._approve(call, tool, asks, approver) if asks else None)
-            if len({_canonical(r.arguments) for _, r in rewrites}) > 1:
-                plugins = [p for p, _ in rewrites]
-                reason = f"gates rewrote the arguments in conflicting ways ({_names(plugins)})"
-                return call, _vetoed(call, reason, plugins[0])
-            call = attrs.evolve(call, arguments=dict(rewrites[0][1].arguments))
-        reason = f"gates still rewriting after {MAX_GATE_ROUNDS} rounds"
-        return call, _vetoed(call, reason, None)
+        """The call gates' verdict: the (maybe rewritten) call and, when refused, the error result."""
+        verdict = self._pm.gate("nexus_before_tool_invoke", CALL_GATES, call, lambda c: {"call": c, "tool": tool},
+                                self._approval(tool, approver))
+        if verdict.refusal is None:
+            return verdict.subject, None
+        result = _vetoed(verdict.subject, verdict.refusal, verdict.by)
+        if verdict.asks:
+            result = attrs.evolve(result, metadata={**result.metadata, "asked_by": list(dict.fromkeys(
+                p for p, _ in verdict.asks))})
+        return verdict.subject, result
 
     def _gate_result(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
-        if "nexus_before_tool_result" not in self._pm.implemented:
-            return result
-        for _ in range(MAX_GATE_ROUNDS):
-            with record_gate_outcomes() as outcomes:
-                try:
-                    values = self._hook.nexus_before_tool_result(call=call, result=result, tool=tool)
-                except (Exception, SystemExit) as exc:
-                    plugin = _raiser(exc, outcomes)
-                    reason = f"result gate {_quoted(plugin)} failed ({describe_exception(exc)}); the result is withheld"
-                    return _vetoed(call, reason, plugin)
-            replacements: list[tuple[str, ToolResult]] = []
-            for plugin, value in _attributed(values, outcomes):
-                if isinstance(value, Veto):
-                    return _vetoed(call, value.reason, plugin)
-                if isinstance(value, ToolResult):
-                    # a replacement belongs to this call whatever id and name it was built with
-                    value = attrs.evolve(value, id=call.id, name=call.name)
-                    if value != result:
-                        replacements.append((plugin, value))
-                else:
-                    reason = f"result gate {_quoted(plugin)} returned {type(value).__name__}, not Veto, ToolResult or None"
-                    return _vetoed(call, reason, plugin)
-            if not replacements:
-                return result
-            if any(r != replacements[0][1] for _, r in replacements[1:]):
-                plugins = [p for p, _ in replacements]
-                return _vetoed(call, f"result gates replaced the result in conflicting ways ({_names(plugins)})",
-                               plugins[0])
-            result = replacements[0][1]
-        return _vetoed(call, f"result gates still replacing after {MAX_GATE_ROUNDS} rounds", None)
+        verdict = self._pm.gate("nexus_before_tool_result", _result_gates(call), result,
+                                lambda r: {"call": call, "result": r, "tool": tool})
+        return verdict.subject if verdict.refusal is None else _vetoed(call, verdict.refusal, verdict.by)
 
     def _finish(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
         result = self._gate_result(call, result, tool)
-        if "nexus_tool_result" in self._pm.implemented:
-            try:
-                self._hook.nexus_tool_result(call=call, result=result, tool=tool)
-            except Exception:  # only a hook wrapper can get here: observers are contained
-                log.exception("a hook wrapper of nexus_tool_result raised (call %s)", call.id)
+        self._pm.notify("nexus_tool_result", call=call, result=result, tool=tool)
         return result

@@ -20,6 +20,7 @@ from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
 from ._invoke import Invoker
 from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
 from ._models import Answer, ErrorKind, Question, ToolCall, ToolDef, ToolResult
+from ._hookcalls import ContainedRelay
 from ._plugin import SettingError
 from ._plugins import (
     Phase,
@@ -77,6 +78,7 @@ class Nexus:
         if workspace is not None:
             self.config.workspace = Path(workspace).resolve()
         self._pm, hookspec_failures = new_plugin_manager()
+        self._relay = ContainedRelay(self._pm)
         self._registry = ToolRegistry(on_register=self._announce, on_unregister=self._announce_removal,
                                       prepare=self._apply_tool_settings)
         self._providers = ProviderRegistry(
@@ -276,7 +278,7 @@ class Nexus:
         """Tell the observers of `hook` (an observer hook, the core's or a package's) of an event:
         each implementation runs, in pluggy's order, and one that raises is logged, naming its
         plugin, while the others still run. A plugin that fires its own package's hooks calls
-        this (run_code does); `nx.hook.<name>(...)` is pluggy's plain call, uncontained."""
+        this (run_code does); `nx.hook.<name>(...)` of an observer hook does the same."""
         self._pm.notify(hook, **kwargs)
 
     def plugin_config(self, plugin: str) -> dict[str, Any]:
@@ -338,9 +340,11 @@ class Nexus:
         return self._pm.get_plugin(name)
 
     @property
-    def hook(self) -> pluggy.HookRelay:
-        """The hook relay, for plugins that fire or inspect hooks themselves."""
-        return self._pm.hook
+    def hook(self) -> ContainedRelay:
+        """The hook relay, for plugins that fire or inspect hooks themselves: `nx.hook.<name>`
+        is pluggy's hook caller, except that calling an observer hook through it is
+        `notify` (each implementation contained). `plugin_manager.hook` is pluggy's own."""
+        return self._relay
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:

@@ -23,8 +23,6 @@ Environment switches (pytest and tox have the same three):
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import difflib
 import functools
 import inspect
@@ -32,7 +30,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, TypeVar
 
@@ -90,66 +88,6 @@ def env_flag(name: str) -> bool:
 
 def env_list(name: str) -> list[str]:
     return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
-
-
-@attrs.frozen
-class GateOutcome:
-    """What one gate implementation did during a hook call: returned `value`, or raised."""
-
-    plugin: str
-    value: Any = None
-    raised: BaseException | None = None
-
-
-_gate_outcomes: contextvars.ContextVar[list[GateOutcome] | None] = contextvars.ContextVar(
-    "nexus_gate_outcomes", default=None
-)
-
-
-@contextlib.contextmanager
-def record_gate_outcomes() -> Iterator[list[GateOutcome]]:
-    """Collect, for the gate hook calls made inside the block (in this thread or task only),
-    which plugin returned or raised what, in call order."""
-    outcomes: list[GateOutcome] = []
-    token = _gate_outcomes.set(outcomes)
-    try:
-        yield outcomes
-    finally:
-        _gate_outcomes.reset(token)
-
-
-def _contain_observer(impl: pluggy.HookImpl, hook_name: str) -> Callable[..., Any]:
-    function = impl.function
-    plugin_name = impl.plugin_name
-
-    @functools.wraps(function)
-    def contained(*args: Any, **kwargs: Any) -> None:
-        try:
-            function(*args, **kwargs)
-        except Exception:
-            log.exception("plugin %r raised in %s; the other observers still run", plugin_name, hook_name)
-
-    return contained
-
-
-def _attribute_gate(impl: pluggy.HookImpl) -> Callable[..., Any]:
-    function = impl.function
-    plugin_name = impl.plugin_name
-
-    @functools.wraps(function)
-    def attributed(*args: Any, **kwargs: Any) -> Any:
-        outcomes = _gate_outcomes.get()
-        try:
-            value = function(*args, **kwargs)
-        except BaseException as exc:
-            if outcomes is not None:
-                outcomes.append(GateOutcome(plugin_name, raised=exc))
-            raise
-        if outcomes is not None and value is not None:
-            outcomes.append(GateOutcome(plugin_name, value))
-        return value
-
-    return attributed
 
 
 S = TypeVar("S")
@@ -232,19 +170,6 @@ class NexusPluginManager(pluggy.PluginManager):
     def register(self, plugin: object, name: str | None = None) -> str | None:
         registered = super().register(plugin, name)
         self._refresh_implemented()
-        if registered is None:
-            return None
-        for caller in self.get_hookcallers(plugin) or []:
-            kind = hook_kind(caller.spec.function) if caller.spec is not None else None
-            if kind not in ("observer", "gate"):
-                continue
-            for impl in caller.get_hookimpls():
-                if impl.plugin is not plugin or impl.wrapper or impl.hookwrapper:
-                    continue
-                if kind == "observer":
-                    impl.function = _contain_observer(impl, caller.name)  # type: ignore[misc]
-                else:
-                    impl.function = _attribute_gate(impl)  # type: ignore[misc]
         return registered
 
 

@@ -70,6 +70,9 @@ def compile_pattern(pattern: str) -> Any:
     if len(pattern) > MAX_PATTERN_CHARS:
         raise PatternRefused(f"pattern {shown!r} is {len(pattern)} characters long, more than the "
                              f"{MAX_PATTERN_CHARS} a schema pattern may be")
+    if _has_lone_surrogate(pattern):
+        raise PatternRefused(f"pattern {shown!r} holds a lone surrogate (a \\ud800-\\udfff code point that is "
+                             "half of a UTF-16 pair): it is not text RE2 can match; write the character it stands for")
     try:
         return re2.compile(_to_re2(pattern), _options())
     except re2.error as exc:
@@ -86,6 +89,22 @@ def compile_pattern(pattern: str) -> Any:
     raise PatternRefused(f"pattern {shown!r} is not a regular expression RE2 can run: {message}")
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _matchable(text: str) -> str:
+    """`text` as RE2 can take it: JSON can carry a lone surrogate (`"\\ud800"`), which is not
+    UTF-8; it is matched as U+FFFD, the character that stands for what cannot be shown."""
+    if not _has_lone_surrogate(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def search(pattern: str, text: str) -> bool:
     """Whether `pattern` matches anywhere in `text` (JSON Schema's `pattern`), in linear time."""
-    return compile_pattern(pattern).search(text) is not None
+    return compile_pattern(pattern).search(_matchable(text)) is not None
