@@ -131,7 +131,10 @@ def test_every_distribution_carries_the_prefix() -> None:
     for path in pyprojects:
         project = tomllib.loads(path.read_text(encoding="utf-8"))["project"]
         where = path.relative_to(REPO)
-        assert project["name"].startswith(DIST_PREFIX), f"{where}: {project['name']!r} lacks {DIST_PREFIX!r}"
+        # an agent distribution (`nexus init`, examples/acme-agent) is a user's own package, named as
+        # its user likes; what it depends on of ours still carries the prefix
+        if "nexus.distributions" not in project.get("entry-points", {}):
+            assert project["name"].startswith(DIST_PREFIX), f"{where}: {project['name']!r} lacks {DIST_PREFIX!r}"
         # a dependency on one of our own packages names it by its prefixed name too
         deps = [re.split(r"[<>=!~ \[;]", d)[0].lower() for d in project.get("dependencies", [])]
         ours = [d for d in deps if d.startswith("nexus") and not d.startswith(DIST_PREFIX)]

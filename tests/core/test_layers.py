@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
         "content", "terminal", "wire", "supervisor", "_subreaper",
     },
     {"_hookcalls", "_plugins"},  # the plugin manager, and how it calls observer and gate hooks
-    {"_config", "_llm", "_plugin", "_registry", "_tool", "_trust", "llm", "skills"},  # registry, tools, config, models
+    {"_config", "_distribution", "_llm", "_plugin", "_registry", "_tool", "_trust", "llm", "skills"},  # registry, tools, config, models
     {"_invoke"},  # the one invocation path
     {"_nexus"},  # Nexus
     {  # what builds on a Nexus: toolkits, the command line, the pytest plugin, built-in plugins

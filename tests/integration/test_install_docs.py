@@ -147,7 +147,8 @@ from importlib.metadata import distributions
 found = {}
 for dist in distributions():
     name = dist.metadata["Name"]
-    if not name.startswith("nexus-rt-"):
+    # ours, and agent distributions (`nexus init`: examples/acme-agent), which depend on ours
+    if not name.startswith("nexus-rt-") and not any(ep.group == "nexus.distributions" for ep in dist.entry_points):
         continue
     plugins = sorted(ep for ep in dist.entry_points if ep.group == "nexus.plugins")
     # a wheel's packages; an editable install has only a .pth, its plugins name the modules

@@ -311,13 +311,14 @@ def _read_config_text(path: Path, origin: str) -> str:
 
 
 def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None, *,
-                text: str | None = None) -> NexusConfig:
+                text: str | None = None, base: Path | None = None) -> NexusConfig:
     """Read and check the core part of a config: a YAML file's path, a dict, or None for defaults.
     `text`: the file's text, read already (the command line parses the very bytes it checked
-    were trusted), for a path `source`."""
+    were trusted), for a path `source`. `base`: the folder relative paths resolve against
+    instead of the file's (an installed distribution's config: the working folder)."""
     lines: dict[tuple[str, ...], int] = {}
     origin: str | None = None
-    base = Path.cwd()
+    given_base, base = base, Path.cwd()
     if source is None:
         data: Any = {}
     elif isinstance(source, dict):
@@ -348,7 +349,7 @@ def load_config(source: str | os.PathLike[str] | dict[str, Any] | None = None, *
                      for key, first, again in duplicates],
                     origin,
                 )
-        base = path.resolve().parent
+        base = given_base if given_base is not None else path.resolve().parent
         if data is None:
             data = {}
     if not isinstance(data, dict):

@@ -4,7 +4,9 @@ Exit status: 0 on success, 1 when the tool or script failed, 2 for bad usage or 
 Config comes from `--config FILE`, else `$NEXUS_CONFIG`, else `./nexus.yaml` when it exists. A
 config a tool could have written (one found in, or inside, the working folder, or inside the
 workspace it configures) loads only once trusted: `nexus trust FILE`, or `--trust-config` for one
-command (`_trust.py` has the rule).
+command (`_trust.py` has the rule). An installed agent distribution's command (`acme-agent`, made
+by `nexus init`) is this command line with the config it installed, which is trusted and is the
+only one read (`run_distribution`; `_distribution.py`).
 
 The core's commands are below; plugins add theirs through `nexus_register_commands(cli)` (called
 once, when the command line starts, on each installed plugin's entry-point object). A command
@@ -23,6 +25,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import unicodedata
@@ -34,6 +37,7 @@ import click
 
 if TYPE_CHECKING:
     from ._config import NexusConfig
+    from ._distribution import InstalledDistribution
     from ._models import ToolDef, ToolResult
     from ._nexus import Nexus
 
@@ -65,6 +69,8 @@ class CliState:
         #: plugin id -> settings laid over its config section (a command's own options, such as
         #: `nexus run --timeout`), set before the Nexus is opened
         self.plugin_settings: dict[str, dict[str, Any]] = {}
+        #: the installed distribution whose command this is (`acme-agent`), or None for `nexus`
+        self.distribution: InstalledDistribution | None = None
         self._nexus: Nexus | None = None
 
     def config_source(self) -> str | None:
@@ -72,7 +78,9 @@ class CliState:
 
     def config_choice(self) -> tuple[str | None, bool]:
         """The config file to load, and whether it was found (`./nexus.yaml`) rather than named
-        (`--config`, `$NEXUS_CONFIG`)."""
+        (`--config`, `$NEXUS_CONFIG`). A distribution's command has its installed config."""
+        if self.distribution is not None:
+            return self.distribution.config, False
         if self.config is not None:
             return str(self.config), False
         env = os.environ.get("NEXUS_CONFIG")
@@ -84,16 +92,42 @@ class CliState:
         """The session folder the config and `--workspace` name, read without opening a Nexus
         (no plugin starts): for commands that only read records, such as `nexus runs`. Raises
         ConfigError for bad config, and for a config that needs trust and has none."""
+        if self.distribution is not None:  # installed, so trusted; its relative paths from here
+            return Path(_load_checked_config(self.distribution.config, self.workspace, trusted=True,
+                                             base=Path.cwd()).session_dir)
         source, found = self.config_choice()
         return Path(_load_checked_config(source, self.workspace, trusted=self.trust_config, found=found).session_dir)
 
     def open(self, ctx: click.Context) -> Nexus:
         if self._nexus is None:
-            source, found = self.config_choice()
-            self._nexus = open_nexus(source, self.workspace, self.plugin_settings,
-                                     trusted=self.trust_config, found=found)
+            if self.distribution is not None:
+                self._nexus = self._open_distribution()
+            else:
+                source, found = self.config_choice()
+                self._nexus = open_nexus(source, self.workspace, self.plugin_settings,
+                                         trusted=self.trust_config, found=found)
             ctx.call_on_close(self._close)
         return self._nexus
+
+    def _open_distribution(self) -> Nexus:
+        """The Nexus of a distribution's command: its installed config, trusted because it is
+        installed (read from the package, like its code), relative paths in it taken from the
+        working folder. Nothing from the working folder or the environment replaces it, and
+        what would have is named on stderr."""
+        dist = self.distribution
+        assert dist is not None
+        if self.config is not None:
+            raise UsageError(f"--config {self.config}: {dist.name} runs with the config it installed "
+                             f"({dist.config}); `nexus --config FILE` runs with another")
+        ignored = []
+        if os.environ.get("NEXUS_CONFIG"):
+            ignored.append(f"$NEXUS_CONFIG ({os.environ['NEXUS_CONFIG']})")
+        if Path("nexus.yaml").is_file():
+            ignored.append("./nexus.yaml")
+        if ignored:
+            click.echo(f"{dist.name}: note: {' and '.join(ignored)} not read: {dist.name} runs with the config "
+                       f"it installed ({dist.config})", err=True)
+        return open_nexus(dist.config, self.workspace, self.plugin_settings, trusted=True, base=Path.cwd())
 
     def _close(self) -> None:
         if self._nexus is not None:
@@ -102,10 +136,11 @@ class CliState:
 
 
 def _load_checked_config(config: str | None, workspace: Path | None = None, *, trusted: bool = False,
-                        found: bool = False) -> NexusConfig:
+                        found: bool = False, base: Path | None = None) -> NexusConfig:
     """The `NexusConfig` a command runs with (`--workspace` applied), checked for trust as
     `open_nexus` checks it; no plugin starts. Raises ConfigError for bad config and for a
-    config that needs trust and has none, unless `trusted`."""
+    config that needs trust and has none, unless `trusted`. `base`: the folder the config's
+    relative paths resolve against, instead of its own."""
     from ._config import decode_config, load_config, read_config_bytes
 
     if config is None:
@@ -114,7 +149,7 @@ def _load_checked_config(config: str | None, workspace: Path | None = None, *, t
         # the bytes checked below are the bytes parsed, never the file read again; parsing runs
         # nothing (plugins start in Nexus(cfg), after the check)
         raw = read_config_bytes(config, config)
-        cfg = load_config(config, text=decode_config(raw, config))
+        cfg = load_config(config, text=decode_config(raw, config), base=base)
     if workspace is not None:
         cfg.workspace = workspace.resolve()
     if config is not None and not trusted:
@@ -128,15 +163,16 @@ def _load_checked_config(config: str | None, workspace: Path | None = None, *, t
 
 def open_nexus(config: str | None, workspace: Path | None = None,
                plugin_settings: dict[str, dict[str, Any]] | None = None, *,
-               trusted: bool = False, found: bool = False) -> Nexus:
+               trusted: bool = False, found: bool = False, base: Path | None = None) -> Nexus:
     """The Nexus a command runs with; plugins that failed to load are reported on stderr.
     Raises ConfigError for bad config, and for a config that needs trust and has none (one a
     tool could have written: `found` in the working folder, or inside it or the workspace it
-    configures) unless `trusted`; UsageError for a workspace that is not a folder."""
+    configures) unless `trusted`; UsageError for a workspace that is not a folder. `base`: the
+    folder the config's relative paths resolve against, instead of its own."""
     from ._config import ConfigError
     from ._nexus import Nexus
 
-    cfg = _load_checked_config(config, workspace, trusted=trusted, found=found)
+    cfg = _load_checked_config(config, workspace, trusted=trusted, found=found, base=base)
     for plugin, settings in (plugin_settings or {}).items():
         cfg.plugin_sections[plugin] = {**(cfg.plugin_sections.get(plugin) or {}), **settings}
     if not cfg.workspace.is_dir():
@@ -515,7 +551,11 @@ def _protection_lines(nx: Nexus, state: CliState) -> list[str]:
 
     source, found = state.config_choice()
     records = trust_file()
-    if source is None:
+    if state.distribution is not None:
+        dist = state.distribution
+        config = (f"config: {source}: installed with {dist.name} {dist.version}, trusted because it is installed "
+                  f"(./nexus.yaml and $NEXUS_CONFIG are not read)")
+    elif source is None:
         config = "config: none (the defaults)"
     else:
         reason = why_untrusted(source, nx.config.workspace, found)
@@ -597,7 +637,11 @@ def cmd_trust(ctx: click.Context, file: str | None, forget: bool, yes: bool) -> 
     from ._config import decode_config, load_config, read_config_bytes
     from ._trust import digest, forget_trust, record_trust, summary, trust_file
 
-    shown = file if file is not None else ctx.ensure_object(CliState).config_source()
+    state = ctx.ensure_object(CliState)
+    if file is None and state.distribution is not None:
+        raise UsageError(f"{state.distribution.name}'s config needs no trust: it is installed with it; "
+                         f"name a FILE to trust one for `nexus --config`")
+    shown = file if file is not None else state.config_source()
     if shown is None:
         raise UsageError("no config to trust here: name one (nexus trust FILE), or run it where ./nexus.yaml is")
     if forget:
@@ -624,6 +668,38 @@ def cmd_trust(ctx: click.Context, file: str | None, forget: bool, yes: bool) -> 
             return EXIT_FAILED
     where = record_trust(shown, raw)
     click.echo(f"trusted (recorded in {where}); a change to the file makes it untrusted again")
+    return EXIT_OK
+
+
+@cli.command("init", epilog="""\b
+Examples:
+  nexus init acme-agent                          the default plugins, model openai:gpt-4.1
+  nexus init acme-agent --model anthropic:claude-sonnet-4-5 --plugin nexus.agent --plugin nexus.tool.file
+  nexus init examples/acme-agent --config agent.yaml     ship this config as it is
+  pip install --find-links dist ./acme-agent && acme-agent chat""")
+@click.argument("path", metavar="NAME")
+@click.option("--plugin", "plugins", multiple=True, metavar="ID",
+              help="A plugin it runs (repeat it); instead of the default set. The model's provider is added.")
+@click.option("--model", metavar="PROVIDER:MODEL", help="The model it uses (default: openai:gpt-4.1).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Ship this config file as it is (its plugins.active chooses the plugins).")
+def cmd_init(path: str, plugins: tuple[str, ...], model: str | None, config_file: str | None) -> int:
+    """Make an agent distribution: a package folder NAME/ that depends on the chosen plugins and
+    ships a config, so that `pip install ./NAME` gives the command NAME, the whole nexus command
+    line with that config. NAME may be a path (examples/acme-agent): its last part is the name."""
+    from ._distribution import DistributionError, plan_distribution, write_distribution
+
+    try:
+        plan = plan_distribution(path, plugins=plugins, model=model, config_file=config_file)
+        written = write_distribution(plan)
+    except DistributionError as exc:
+        raise UsageError(str(exc)) from None
+    click.echo(f"wrote {plan.folder}/ ({len(written)} files): the distribution {plan.name}")
+    click.echo(f"  depends on: {', '.join(plan.dependencies)}")
+    click.echo(f"  runs: {', '.join(plan.plugins)}" + (f"; model {plan.model}" if plan.model else ""))
+    click.echo(f"install it: pip install --find-links dist {plan.shown}   (dist: Nexus's wheels, "
+               f"./scripts/build-wheels)")
+    click.echo(f"then: {plan.name} tools, {plan.name} chat, {plan.name} ask \"...\", {plan.name} mcp serve")
     return EXIT_OK
 
 
@@ -728,30 +804,51 @@ def _asks_only_for_the_version(args: Sequence[str]) -> bool:
     return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, distribution: str | None = None) -> int:
     """Run the command line. What any command prints to a terminal (tool output, a model's
     text, a plugin's command) is escaped on the way (`nexus_core.terminal.protect`), so no text
-    a tool, a model or a server wrote can drive the terminal; a pipe or a file gets it as it is."""
+    a tool, a model or a server wrote can drive the terminal; a pipe or a file gets it as it is.
+    `distribution`: run as that installed distribution's command (`run_distribution`)."""
     from .terminal import protect
 
     streams = sys.stdout, sys.stderr
     protected = sys.stdout, sys.stderr = protect(sys.stdout), protect(sys.stderr)
     try:
-        return _main(argv)
+        return _main(argv, distribution)
     finally:  # put the streams back, unless someone else has since (click, after a broken pipe)
         if (sys.stdout, sys.stderr) == protected:
             sys.stdout, sys.stderr = streams
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, distribution: str | None = None) -> int:
     from ._config import ConfigError
 
     _log_errors_to_stderr()
     args = list(argv) if argv is not None else sys.argv[1:]
+    state = CliState()
+    prog, complete_var = "nexus", COMPLETE_VAR
+    if distribution is not None:
+        from ._distribution import DISTRIBUTIONS_GROUP, DistributionError, find_distribution
+
+        try:
+            state.distribution = find_distribution(distribution)
+        except DistributionError as exc:
+            click.echo(f"{distribution}: {exc}", err=True)
+            return EXIT_USAGE
+        if state.distribution is None:
+            click.echo(f"{distribution}: no installed distribution {distribution!r} (entry point group "
+                       f"{DISTRIBUTIONS_GROUP}): install its package again (pip install ...)", err=True)
+            return EXIT_USAGE
+        if _asks_only_for_the_version(args):
+            click.echo(f"{distribution} {state.distribution.version} (nexus-rt-core {_version()})")
+            return EXIT_OK
+        prog = distribution
+        complete_var = "_" + re.sub(r"\W", "_", distribution).upper() + "_COMPLETE"  # click's own rule
     group = cli if _asks_only_for_the_version(args) else build_cli()
     try:
         try:
-            result = group.main(args=args, prog_name="nexus", complete_var=COMPLETE_VAR, standalone_mode=False)
+            result = group.main(args=args, prog_name=prog, complete_var=complete_var, standalone_mode=False,
+                                obj=state)
         except click.exceptions.Exit as exc:  # --help, --version
             return int(exc.exit_code)
         except click.ClickException as exc:
@@ -778,6 +875,13 @@ def run() -> None:
     sys.exit(main())
 
 
+def run_distribution(name: str) -> None:
+    """The console script of an installed agent distribution (`acme-agent`, made by `nexus
+    init`): the whole command line with the config the distribution `name` installed (found in
+    the entry-point group `nexus.distributions`; docs/distributions.md)."""
+    sys.exit(main(distribution=name))
+
+
 if __name__ == "__main__":  # `python -m nexus_core.cli`: run the importable copy of this module, the
     # one plugins import `pass_nexus` and `CliState` from, not this `__main__` copy
     from nexus_core.cli import run as _run
@@ -786,4 +890,4 @@ if __name__ == "__main__":  # `python -m nexus_core.cli`: run the importable cop
 
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CliState", "UsageError", "cli", "main", "open_nexus", "pass_nexus",
-           "print_result", "run"]
+           "print_result", "run", "run_distribution"]
