@@ -36,6 +36,7 @@ from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath
 from .fastpath import Seat
+from .settings import DEFAULT_MAX_CHILD_BYTES, DEFAULT_MAX_CHILD_MESSAGES
 from .streaming import Ledger, Streamer
 from .watchdog import Watchdog
 
@@ -71,11 +72,10 @@ OUTPUT_SLACK_BYTES = MAX_MESSAGE
 OUTPUT_SLACK_MESSAGES = 1024
 #: how often a reader held back by the in-flight bound looks whether its run is over
 _BACKPRESSURE_POLL = 0.1
-#: messages (of any kind) and bytes a script's process may send the host in one run, by default
-#: (`max_child_messages`, `max_child_bytes`): each is read and parsed by the host, in Python, under
-#: its GIL; past either the run is stopped. The final message is not counted against them.
-DEFAULT_MAX_CHILD_MESSAGES = 250_000
-DEFAULT_MAX_CHILD_BYTES = 256 * 1024 * 1024
+# Messages (of any kind) and bytes a script's process may send the host in one run (settings.py's
+# DEFAULT_MAX_CHILD_MESSAGES and DEFAULT_MAX_CHILD_BYTES, `max_child_messages`, `max_child_bytes`):
+# each is read and parsed by the host, in Python, under its GIL; past either the run is stopped.
+# The final message is not counted against them.
 
 # -- nothing outlives its run ------------------------------------------------------------------
 #: when a run ends (its result, an error, its timeout, its caller's cancel), the inner calls it

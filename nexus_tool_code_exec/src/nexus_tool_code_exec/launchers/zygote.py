@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -403,7 +403,7 @@ class _Zygote:
 class ZygoteLauncher(Launcher):
     """Forks run_code children from a warm zygote, started lazily and restarted if it dies."""
 
-    def __init__(self, allowed_packages: list[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
+    def __init__(self, allowed_packages: Iterable[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
         self.python = python or sys.executable
         self.allowed = list(allowed_packages)
         self.policy = policy
