@@ -1,7 +1,7 @@
 """The zygote launcher (runs in the host): the host's side of the warm zygote (zygote/main.py).
 
 It starts a zygote on first use and a new one whenever the last has died. Each zygote process
-has a `_Zygote` here: its socket, the spares it forked ahead (host/fastpath.py's `SparePool`),
+has a `_Zygote` here: its socket, the spares it forked ahead (spares.py's `SparePool`),
 the forks asked of it and the exits it reported. What a zygote leaves when it dies belongs to
 its own `_Zygote` alone, so nothing of a dead zygote's state can touch its successor's, and a
 child knows whether it died with its zygote (`died_with_its_maker`).
@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from .. import protocol
-from ..host.cleanup import janitor, remove_logged
-from ..host.fastpath import SPARE_WAIT, SPARES, Spare, SparePool
 from .base import CHILD_ENV, Child, Launcher
+from .cleanup import janitor, remove_logged
+from .spares import SPARE_WAIT, SPARES, Spare, SparePool
 
 log = logging.getLogger("nexus_tool_code_exec")
 

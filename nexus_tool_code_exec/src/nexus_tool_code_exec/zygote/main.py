@@ -121,7 +121,7 @@ class ScratchFolders:
     it but its change time, which the reset sets.
 
     A folder that goes is renamed out of the way at once (`trash`), and removed by the host
-    (host/cleanup.py's janitor, which walks any tree a script can make without recursion): the
+    (launchers/cleanup.py's janitor, which walks any tree a script can make without recursion): the
     zygote never walks a script's tree, so no tree can hold it up."""
 
     def __init__(self, root: str) -> None:
