@@ -2,9 +2,13 @@
 the child, answer its tool calls through `Nexus.invoke` (gates and all), stream its output, keep
 its calls, enforce the limits, end the child, and say how the run ended (`Outcome`).
 
-Everything the child sends is untrusted: a call names a tool by name and the host decides. Only
-tools that were bound for this script can be reached (never run_code), each through the gates,
-at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
+Everything the child sends is untrusted: each message is counted against the run's budget, then
+read through `protocol.read_child` (every field checked once; anything that is not the protocol
+ends the run), and from there on the runner handles only typed messages. A call names a tool by
+name and the host decides. Only tools that were bound for this script can be reached (never
+run_code), each through the gates, at most `max_tool_calls` of them, in a pool of at most
+`max_workers` threads. One inner call, from its CALL to its RESULT, is answered in one method,
+`ScriptRun._answer_call`.
 
 The thread that called run_code reads the child until the script ends or makes its first tool
 call (a trivial script, or one that only prints, costs no thread hop). From the first call on, a
