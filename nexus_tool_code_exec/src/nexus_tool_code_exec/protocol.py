@@ -555,24 +555,31 @@ _STREAMS = frozenset(("stdout", "stderr"))
 
 
 def _read_call(msg: Message) -> CallMessage:
+    # written out (not through the helpers below): one is read per inner call
     rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
-    if not (_plain_int(rid) and MIN_CALL_ID <= rid <= MAX_CALL_ID) or type(name) is not str or type(args) is not dict:
+    if (type(rid) is not int or not MIN_CALL_ID <= rid <= MAX_CALL_ID or type(name) is not str
+            or type(args) is not dict):
         raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
-    _extra(msg, _CALL_FIELDS, "a call")
-    _flag(msg, "p", "a call")
-    _shown_line(msg)
-    if "g" in msg and not (_plain_int(group := msg["g"]) and group > 0):
+    if not msg.keys() <= _CALL_FIELDS:
+        _extra(msg, _CALL_FIELDS, "a call")
+    if "p" in msg and type(msg["p"]) is not bool:
+        raise ProtocolError(f"a call's 'p' must be true or false, not {shown(msg['p'])}")
+    if "line" in msg and (type(line := msg["line"]) is not int or line <= 0):
+        del msg["line"]  # only shown: left off
+    if "g" in msg and (type(group := msg["g"]) is not int or group <= 0):
         del msg["g"]
     return msg  # type: ignore[return-value]
 
 
 def _read_out(msg: Message) -> OutMessage | None:
-    _extra(msg, _OUT_FIELDS, "output")
-    _flag(msg, "truncated", "output")
-    _flag(msg, "held", "output")
-    dropped = msg.get("dropped", 0)
-    if not (_plain_int(dropped) and dropped >= 0):
-        raise ProtocolError(f"output's 'dropped' must be a count of bytes, not {shown(dropped)}")
+    if not msg.keys() <= _OUT_FIELDS:
+        _extra(msg, _OUT_FIELDS, "output")
+    if len(msg) > 3 or "s" not in msg or "d" not in msg:  # a plain piece has t, s and d only
+        _flag(msg, "truncated", "output")
+        _flag(msg, "held", "output")
+        dropped = msg.get("dropped", 0)
+        if type(dropped) is not int or dropped < 0:
+            raise ProtocolError(f"output's 'dropped' must be a count of bytes, not {shown(dropped)}")
     if msg.get("s") not in _STREAMS or type(msg.get("d")) is not str:
         return None  # no stream of the script's, or no text: nothing to show (the budget counts it)
     return msg  # type: ignore[return-value]
