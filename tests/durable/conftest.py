@@ -75,8 +75,11 @@ class Setup:
         return listed
 
     def wait_pending(self, count: int = 1) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = wait_for(f"{count} pending approval(s)",
-                                               lambda: (lambda p: p if len(p) == count else None)(self.pending()))
+        def listed() -> list[dict[str, Any]] | None:
+            pending = self.pending()
+            return pending if len(pending) == count else None
+
+        found: list[dict[str, Any]] = wait_for(f"{count} pending approval(s)", listed)
         return found
 
     def lines(self) -> list[str]:

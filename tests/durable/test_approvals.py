@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import WAIT, kill9, wait_for
 
 from nexus_core import Nexus
@@ -54,6 +53,22 @@ def test_a_denial_from_another_process_carries_its_note(durable: Any) -> None:
     assert d.lines() == []
 
 
+def test_a_call_cannot_forge_or_hide_lines_in_the_listing(durable: Any) -> None:
+    d = durable()
+    forged = "ask\x1b[2J\x9b31m\u202e\napproval-forged  asked 2026-01-01 00:00:00, no expiry\n  ? allow append {}"
+    host = d.host("call", forged)
+    [pending] = d.wait_pending()
+    listing = d.nexus("approvals").stdout
+    raw = d.nexus("approvals", "--json").stdout
+    d.nexus("approvals", "answer", pending["id"], "deny")
+    results(host)
+    for text in (listing, raw):
+        assert not any(ch in text for ch in "\x1b\x9b\u202e"), text
+    headers = [line for line in listing.splitlines() if not line.startswith("  ")]
+    assert headers == [headers[0]] and headers[0].startswith(pending["id"])
+    assert json.loads(raw)[0]["call"]["arguments"]["text"] == forged
+
+
 def test_an_unknown_approval_is_a_clear_error(durable: Any) -> None:
     d = durable()
     host = d.host("call", "plain")  # makes the database
@@ -71,8 +86,7 @@ def test_an_approval_nobody_answers_expires_as_a_denial(durable: Any) -> None:
 
 
 def outcome(d: Any, approval_id: str) -> dict[str, Any] | None:
-    from nexus_durable import Approvals, database_url
-    from nexus_durable import DurableSettings
+    from nexus_durable import Approvals, DurableSettings, database_url
 
     settings = DurableSettings(enabled=True, database=_database(d))
     with Approvals(database_url(settings, d.root / "ws", d.root / "session")) as approvals:
@@ -172,4 +186,4 @@ def test_a_database_nexus_durable_cannot_use_is_a_config_error(durable: Any) -> 
 def test_doctor_says_which_backend_is_on(durable: Any) -> None:
     d = durable()
     out = d.nexus("doctor", check=False).stdout
-    assert f"durable: on, DBOS " in out and f"on SQLite (sqlite:///{d.root / 'session' / 'durable.sqlite'})" in out
+    assert "durable: on, DBOS " in out and f"on SQLite (sqlite:///{d.root / 'session' / 'durable.sqlite'})" in out

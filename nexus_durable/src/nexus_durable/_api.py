@@ -15,7 +15,6 @@ when the database is Postgres.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, PendingApproval, answer_message
@@ -75,7 +74,7 @@ class Approvals:
         status = self._status(approval_id)
         if status.status == "PENDING":
             return None
-        output = self._client.retrieve_workflow(approval_id).get_result()
+        output: Any = self._client.retrieve_workflow(approval_id).get_result()
         return output if isinstance(output, dict) else None
 
     def _status(self, approval_id: str) -> Any:
@@ -95,7 +94,7 @@ class Approvals:
     def __enter__(self) -> Approvals:
         return self
 
-    def __exit__(self, *exc: object | TracebackType) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -79,7 +79,7 @@ def approvals_command(ctx: click.Context, database: str | None, full: bool, as_j
         with Approvals(url) as approvals:
             pending = approvals.pending()
     if as_json:
-        click.echo(json.dumps([p.to_json() for p in pending], indent=2, ensure_ascii=False))
+        click.echo(json.dumps([p.to_json() for p in pending], indent=2))  # ASCII: no control character
         return EXIT_OK
     if not pending:
         click.echo("no approval is waiting", err=True)
@@ -91,7 +91,7 @@ def approvals_command(ctx: click.Context, database: str | None, full: bool, as_j
         # rendered by nexus_core.terminal (escaped there); indented so no line of it passes for a header
         for line in (approval.rendered_full if full else approval.rendered).splitlines():
             click.echo(f"  {line}")
-    click.echo(f"\nanswer with: nexus approvals answer ID allow|deny [--note TEXT]", err=True)
+    click.echo("\nanswer with: nexus approvals answer ID allow|deny [--note TEXT]", err=True)
     return EXIT_OK
 
 
@@ -119,5 +119,5 @@ def answer_command(ctx: click.Context, approval_id: str, decision: str, note: st
         click.echo(json.dumps({"id": approval_id, "decision": decision, "note": note, "tool": pending.tool}))
     else:
         verb = "allowed" if decision == "allow" else "denied"
-        click.echo(f"{verb}: {escape(pending.tool, multiline=False)} ({approval_id})")
+        click.echo(f"{verb}: {escape(pending.tool, multiline=False)} ({escape(approval_id, multiline=False)})")
     return EXIT_OK
