@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from .conftest import NEXUS_CLI, WAIT, wait_for
+from durable_helpers import NEXUS_CLI, WAIT, wait_for
+from durable_host import AskAboutSome, append
 from fakes.providers import Call, FakeProviders, chat_completion
-from .host import AskAboutSome, append
 
 from nexus_core import Nexus
 

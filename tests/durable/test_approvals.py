@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .conftest import WAIT, kill9, wait_for
+from durable_helpers import WAIT, kill9, wait_for
 
 from nexus_core import Nexus
 
@@ -152,7 +152,7 @@ def test_postgres(durable: Any, postgres_url: str) -> None:
 
 
 def test_installed_but_off_changes_nothing(tmp_path: Path) -> None:
-    from .host import AskAboutSome, append
+    from durable_host import AskAboutSome, append
 
     config = {"skills": [], "session_dir": str(tmp_path / "s"), "plugins": {"active": ["nexus.durable"]}}
     with Nexus(config, plugins=[AskAboutSome()], tools=[append]) as nx:
@@ -163,7 +163,7 @@ def test_installed_but_off_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_this_process_approver_still_answers(tmp_path: Path) -> None:
-    from .host import AskAboutSome, append
+    from durable_host import AskAboutSome, append
 
     asked = []
     config = {"skills": [], "session_dir": str(tmp_path / "s"),

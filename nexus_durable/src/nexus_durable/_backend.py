@@ -26,6 +26,8 @@ from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, as_answer, new_record
 log = logging.getLogger("nexus_durable")
 
 HANDLER_STEP = "nexus.durable.handler"
+#: how long closing waits for a call taken over from a killed host to finish
+CLOSE_WAIT_SECONDS = 60.0
 
 
 def possibly_done(call: ToolCall, key: str) -> ToolResult:
@@ -119,6 +121,12 @@ class DurableBackend:
             return
         self._closed = True
         _workflows.clear_host(self)
+        # a call this process took over from a killed host finishes before the engine stops (a
+        # short-lived `nexus` command may have taken one): cut short, it would be reported as
+        # possibly done in the next host instead of done
+        if not _workflows.wait_resumed(CLOSE_WAIT_SECONDS):
+            log.warning("closing while a call taken over from a killed host still runs; the next host reports it "
+                        "as possibly done")
         if self._claims is not None:
             self._claims.close()
         _engine.release()

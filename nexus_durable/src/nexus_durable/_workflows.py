@@ -80,6 +80,14 @@ running_resumed = 0
 _count_lock = threading.Lock()
 
 
+def wait_resumed(timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until no recovered call runs in this process; True when none does."""
+    deadline = time.monotonic() + timeout
+    while running_resumed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running_resumed
+
+
 def resuming() -> Resuming | None:
     """The recovered call this thread runs, if any."""
     if not running_resumed:

@@ -1,4 +1,4 @@
-"""A host process for the durable tests (run with `python host.py CONFIG MODE ...`).
+"""A host process for the durable tests (run with `python durable_host.py CONFIG MODE ...`).
 
     call TEXT...  call `append` once per TEXT (a gate asks about each text that starts with
                   "ask"; the others run at once), print each result as one JSON line, exit
