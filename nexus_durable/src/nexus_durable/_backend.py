@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from nexus_core import Answer, Nexus, Question, ToolCall, ToolDef, ToolResult
+from nexus_core import Answer, CancelToken, Nexus, Question, ToolCall, ToolDef, ToolResult
 
 from . import _engine, _workflows
 from ._claims import Claims
@@ -47,7 +47,8 @@ class DurableBackend:
 
     # -- nexus_core.Durability ---------------------------------------------------------------
 
-    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None) -> Answer:
+    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None,
+                     cancel: CancelToken | None = None) -> Answer:
         from dbos import DBOS, SetWorkflowID
 
         again = _workflows.resuming()
@@ -63,8 +64,27 @@ class DurableBackend:
         else:
             log.warning("approval %s (%s) waits for an answer: nexus approvals answer %s allow|deny",
                         approval_id, question.call.name, approval_id)
-        outcome = handle.get_result()
+        forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
+        try:
+            outcome = handle.get_result()
+        finally:
+            if forget is not None:
+                forget()
         return as_answer(outcome["answer"])
+
+    @staticmethod
+    def _stopped(approval_id: str, cancel: CancelToken) -> None:
+        """The asking call was stopped (Ctrl-C, its run_code script ended): the approval is
+        answered as a refusal, so the wait ends and nobody answers a call no one waits for."""
+        from dbos import DBOS
+
+        why = f" ({cancel.reason})" if cancel.reason else ""
+        try:
+            DBOS.send(approval_id, {"approved": False, "by": "nobody",
+                                    "text": f"the call was stopped while it waited for approval{why}"},
+                      topic=ANSWER_TOPIC)
+        except Exception:
+            log.exception("could not end the wait of approval %s", approval_id)
 
     @staticmethod
     def _answer_here(approval_id: str, ask_here: Callable[[], Answer]) -> None:

@@ -187,3 +187,29 @@ def test_doctor_says_which_backend_is_on(durable: Any) -> None:
     d = durable()
     out = d.nexus("doctor", check=False).stdout
     assert "durable: on, DBOS " in out and f"on SQLite (sqlite:///{d.root / 'session' / 'durable.sqlite'})" in out
+
+
+def test_a_call_stopped_while_it_waits_ends_its_wait(tmp_path: Path) -> None:
+    import threading
+
+    from durable_host import AskAboutSome, append
+    from nexus_durable import Approvals
+
+    from nexus_core import CancelToken
+
+    config = {"skills": [], "session_dir": str(tmp_path / "s"),
+              "plugins": {"active": ["nexus.durable"], "nexus.durable": {"enabled": True}}}
+    token = CancelToken()
+    results: list[Any] = []
+    with Nexus(config, plugins=[AskAboutSome()], tools=[append]) as nx:
+        waiting = threading.Thread(target=lambda: results.append(
+            nx.invoke("append", {"path": str(tmp_path / "f"), "text": "ask-stop"}, cancel=token)))
+        waiting.start()
+        with Approvals(nx.plugin("nexus.durable").url) as approvals:
+            wait_for("the pending approval", approvals.pending)
+            token.cancel("the user pressed Ctrl-C")
+            waiting.join(timeout=WAIT)
+            assert not waiting.is_alive() and approvals.pending() == []
+    [result] = results
+    assert "the call was stopped while it waited for approval (the user pressed Ctrl-C)" in result.error
+    assert not (tmp_path / "f").exists()
