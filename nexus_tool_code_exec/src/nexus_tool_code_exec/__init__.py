@@ -80,6 +80,14 @@ def config_schema() -> dict[str, Any]:
                             "description": "CPU-time limit (default: timeout_seconds)"},
             "require": {"type": "array", "items": {"enum": list(LAYERS)}, "default": [],
                         "description": "sandbox layers without which run_code refuses to run"},
+            "journal": {"type": "boolean", "default": True,
+                        "description": "journal each inner call's result as it completes (journal.jsonl in the "
+                                       "run's session folder while it runs), so that a suspended run, or one whose "
+                                       "host stopped, resumes without running a completed call again"},
+            "suspend_after_seconds": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": 60,
+                                      "description": "a run whose inner call waits this long for a person is "
+                                                     "suspended: its process ends, and a fresh one resumes it from "
+                                                     "the journal once the call is answered (null: never)"},
             "launcher": {"enum": ["auto", "zygote", "spawn"], "default": "auto",
                          "description": "fork children from a warm zygote, or spawn fresh interpreters"},
         },

@@ -11,7 +11,7 @@ from nexus_core import hookimpl
 from .. import PLUGIN_ID, config_schema
 
 if TYPE_CHECKING:
-    from nexus_core import Nexus, Question, ToolDef
+    from nexus_core import Nexus, Question, ToolCall, ToolDef
 
     from .engine import CodeExec
 
@@ -62,6 +62,12 @@ class CodeExecPlugin:
     def nexus_skill_deactivate(self) -> None:
         if self.engine is not None:
             self.engine.skills_changed()
+
+    # a run's journal says which of its inner calls' handlers started (a kill leaves it "possibly done")
+    @hookimpl
+    def nexus_tool_invoke(self, call: ToolCall) -> None:
+        if self.engine is not None and call.parent_call_id is not None:
+            self.engine.handler_starting(call)
 
     # a script's inner call that waits for a person does not use up the script's time
     @hookimpl

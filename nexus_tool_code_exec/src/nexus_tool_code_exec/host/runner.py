@@ -36,6 +36,7 @@ from ..launchers.base import Child, Launcher
 from ..protocol import LineReader, PipeReader
 from . import fastpath
 from .fastpath import Seat
+from .journal import POSSIBLY_DONE, Cursor, Divergence, Journal, Placement
 from .streaming import Ledger, Streamer
 from .watchdog import Watchdog
 
@@ -98,6 +99,8 @@ class Settings:
     cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
     max_child_messages: int = DEFAULT_MAX_CHILD_MESSAGES
     max_child_bytes: int = DEFAULT_MAX_CHILD_BYTES
+    #: a run whose inner call waits this long for a person is suspended (None: never)
+    suspend_after_seconds: float | None = None
 
 
 @attrs.define
@@ -122,6 +125,13 @@ class Outcome:
     #: the inner calls still running (or queued) when the run ended, each with what became of it
     #: (`shell (stopped)`, `write (finished: its effect happened)`)
     stopped_calls: list[str] = attrs.field(factory=list)
+    #: the run was resumed from its journal: after a suspension in this process, or by
+    #: `CodeExec.resume` after its host stopped
+    resumed: bool = False
+    #: the inner calls its last attempt got answered from the journal, without running them
+    journal_calls: int = 0
+    #: how often it was suspended in this process (its child ended while a person decided)
+    suspensions: int = 0
 
     @property
     def stopped_text(self) -> str:
@@ -145,6 +155,11 @@ class ProtocolError(Exception):
 class BudgetExceeded(ProtocolError):
     """The child made the host hold or do more than one run may: the run is stopped, and its
     error is this exception's message as it stands (it names the limit)."""
+
+
+class JournalDiverged(BudgetExceeded):
+    """A resumed script asked for another call than its journal holds: the run is stopped, its
+    error (`journal diverged: ...`) names both calls."""
 
 
 @attrs.define
@@ -173,7 +188,7 @@ class _InnerCall:
     """An inner call the host took from the child, from its admission to its end (a plain
     slotted class: one is made per call)."""
 
-    __slots__ = ("msg", "size", "future", "result", "done")
+    __slots__ = ("msg", "size", "future", "result", "done", "placement")
 
     def __init__(self, msg: dict[str, Any], size: int) -> None:
         self.msg = msg
@@ -181,6 +196,7 @@ class _InnerCall:
         self.future: Future[None] | None = None  # queued on the run's pool (a parallel call)
         self.result: ToolResult | None = None
         self.done = False
+        self.placement: Placement | None = None  # where the journal has it, for a journaled run
 
 
 @attrs.define(eq=False)
@@ -217,6 +233,8 @@ class ScriptRun:
         settings: Settings,
         bound_tools: frozenset[str],
         emit_chunk: Callable[[CodeExecChunk], None],
+        journal: Journal | None = None,
+        resumed: bool = False,
     ) -> None:
         self.nexus = nexus
         self.call_id = call_id
@@ -258,6 +276,15 @@ class ScriptRun:
         self.cancel = CancelToken()
         self._stopped: str | None = None  # why run_code's own caller stopped it
         self._wake: threading.Event | None = None  # what the run's caller waits on, once a reader took over
+        # -- the journal (journal.py): where each call falls in it, and suspending the run
+        self.journal = journal
+        self.resumed = resumed
+        self._cursor: Cursor | None = None  # this attempt's, made as its child starts
+        self._live: dict[str, Placement] = {}  # live calls by id, until their handler starts
+        self._suspend_timer: threading.Timer | None = None
+        self._suspending = False  # the child was ended to suspend the run, not the run itself
+        self.suspensions = 0
+        self._used = 0.0  # seconds of the timeout earlier attempts used
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -274,13 +301,62 @@ class ScriptRun:
         self._script = start.get("script") or ""
         self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
-        if ending.lost:
+        while ending.lost or self._suspending:
+            if self._suspending:  # resumed once its held calls (the one a person decides) are answered
+                if not self._await_held_calls():
+                    ending = _Ending()  # stopped by its caller while suspended
+                    self._stop_inner_calls(self._end_reason(ending, False))
+                    break
+                self._suspending = False
+                self.suspensions += 1
+                self.resumed = True
+                self.ledger = Ledger()  # the resumed attempt records every call again
+                self.streamer.restart()
+                start = self._resumed_start(start)
             try:
                 ending = self._serve(Seat.take(launcher), start, None)
             except Exception as exc:
                 ending = _Ending(error=f"runtime error: could not start the script's process: {exc}")
+                break
+        if self._cursor is not None and self.resumed and ending.final is not None and \
+                ending.final.get("t") == protocol.DONE and ending.error is None and not ending.violation:
+            try:
+                self._cursor.finish()
+            except Divergence as exc:
+                ending.error = str(exc)
         self.streamer.finish()
         return self._outcome(ending, time.monotonic() - began)
+
+    def _resumed_start(self, start: protocol.StartMessage) -> protocol.StartMessage:
+        """The START of a resumed attempt: the time left of the timeout (suspended time is not
+        counted, the attempts' own is)."""
+        sent = dict(start)
+        sent["timeout"] = max(self.settings.timeout_seconds - self._used, 0.001)
+        return sent  # type: ignore[return-value]
+
+    def _await_held_calls(self) -> bool:
+        """While suspended: wait for the calls still held (the one a person decides, and any
+        running beside it) to end, so that their results are in the journal. False if the run's
+        caller stopped it meanwhile."""
+        with self._budget:
+            while self._held:
+                if self._stopped is not None:
+                    return False
+                self._budget.wait(PAUSED_POLL)
+        return self._stopped is None
+
+    def suspend(self) -> None:
+        """An inner call has waited `suspend_after_seconds` for a person: end the child (its
+        memory and process are freed), keep the journal; the run resumes in a fresh child once
+        the calls it waits for are answered."""
+        with self._write_lock:
+            self._suspend_timer = None
+            child = self._child
+            if not self._pauses or child is None or self._stopped is not None or self.journal is None:
+                return
+            self._suspending = True
+        log.info("run_code: %s suspended while a person decides about one of its calls", self.call_id)
+        child.kill()
 
     def _serve(self, seat: Seat, start: protocol.StartMessage, meanwhile: Callable[[], None] | None) -> _Ending:
         """Serve one child: START, then its messages until its end; then end it."""
@@ -291,7 +367,9 @@ class ScriptRun:
             self._child = child
             if self._stopped is not None:  # its caller stopped the run while the child was coming
                 child.kill()
-        watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        if self.journal is not None:
+            self._cursor = Cursor(self.call_id, self.journal.entries())
+        watchdog = Watchdog(child, max(self.settings.timeout_seconds - self._used, 0.0)).start()
         with self._write_lock:
             self._watchdog = watchdog
             for _ in range(self._pauses):
@@ -321,7 +399,9 @@ class ScriptRun:
                 ending.cpu_seconds = child.cpu_seconds
             with self._write_lock:
                 self._child = None  # an answer that comes now is dropped: nobody waits for it
-            self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
+            self._used += watchdog.used()
+            if not self._suspending:
+                self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
             pipe.let_go()
             child.finished()
         ending.timed_out, ending.messages = watchdog.fired, self._messages
@@ -414,6 +494,11 @@ class ScriptRun:
         with self._write_lock:
             self._pauses += 1
             watchdog = self._watchdog
+            after = self.settings.suspend_after_seconds
+            if after is not None and self.journal is not None and self._suspend_timer is None:
+                self._suspend_timer = threading.Timer(after, self.suspend)
+                self._suspend_timer.daemon = True
+                self._suspend_timer.start()
         if watchdog is not None:
             watchdog.pause()
 
@@ -423,6 +508,10 @@ class ScriptRun:
                 return
             self._pauses -= 1
             watchdog = self._watchdog
+            timer = self._suspend_timer if not self._pauses else None
+            if timer is not None:
+                self._suspend_timer = None
+                timer.cancel()
         if watchdog is not None:
             watchdog.resume()
 
@@ -562,7 +651,16 @@ class ScriptRun:
             finally:
                 self._settle(msg)
             return
+        placement = self._place(msg) if self._cursor is not None else None
         inner = self._admit(msg, size, bool(msg.get("p")))
+        if placement is not None:
+            inner.placement = placement
+            if not placement.live:  # answered from the journal: no tool runs, no gate asks
+                self._answer_from_journal(msg, size, placement)
+                return
+            self._live[placement.key] = placement
+            assert self.journal is not None
+            self.journal.placed(placement.entry)
         if msg.get("p"):
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
@@ -584,17 +682,54 @@ class ScriptRun:
             if not inner.done:  # answering it failed on the way (the answer settles it otherwise)
                 self._settle(msg)
 
-    def _call_of(self, msg: dict[str, Any]) -> ToolCall:
+    def _call_of(self, msg: dict[str, Any], placement: Placement | None = None) -> ToolCall:
         args = msg.get("args")
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
         metadata = {"script_line": line} if type(line) is int and 0 < line <= self._script_lines else {}
+        if placement is not None:
+            # the same id in every attempt of the run: the call's idempotency key (ctx.call_id)
+            return ToolCall(id=placement.key, name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
+                            parent_call_id=self.call_id, metadata=metadata)
         return ToolCall(name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
                         parent_call_id=self.call_id, metadata=metadata)
 
+    # -- the journal ------------------------------------------------------------------------------
+
+    def _place(self, msg: dict[str, Any]) -> Placement:
+        """Where the call `msg` falls in the journal (see journal.Cursor), or the run stops."""
+        assert self._cursor is not None
+        group = (msg.get("g") if type(msg.get("g")) is int else True) if msg.get("p") is True else None
+        try:
+            return self._cursor.place(str(msg.get("name")), msg.get("args"), group)
+        except Divergence as exc:
+            self._exceeded = str(exc)
+            raise JournalDiverged(self._exceeded) from None
+
+    def _answer_from_journal(self, msg: dict[str, Any], size: int, placement: Placement) -> None:
+        """Answer a call the journal holds: its recorded result; or, for one that was running when
+        the host stopped, an error saying it may have happened (it is not run again)."""
+        call = self._call_of(msg, placement)
+        recorded = placement.recorded
+        if recorded is not None:
+            result = attrs.evolve(recorded, id=call.id, name=call.name)
+        else:
+            text = POSSIBLY_DONE.format(name=call.name, key=placement.key)
+            result = self.nexus.refuse(call, text, "failure")  # result gates and observers see it
+            assert self.journal is not None
+            self.journal.finished(placement.entry, result)
+        self._reply(msg, call, result, size, time.time(), 0.0, from_journal=True)
+
+    def handler_starting(self, call: ToolCall) -> None:
+        """The handler of the inner call `call` is about to run (its gates let it): the journal
+        says so, so that a host stopping from here on leaves it "possibly done"."""
+        placement = self._live.pop(call.id, None)
+        if placement is not None and self.journal is not None:
+            self.journal.started(placement.entry)
+
     def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
         started_at, started = time.time(), time.perf_counter()
-        call = self._call_of(msg)
+        call = self._call_of(msg, inner.placement)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
             # refused, and the refusal takes the result gates and observers like any result
@@ -605,6 +740,9 @@ class ScriptRun:
             # the run's token: cancelled when the run ends, so nothing it started outlives it
             result = self.nexus.invoke(call, cancel=self.cancel)
         inner.result = result
+        if inner.placement is not None and self.journal is not None:
+            self._live.pop(call.id, None)
+            self.journal.finished(inner.placement.entry, result)
         self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
 
     # -- the end of the run: nothing it started outlives it ---------------------------------------
@@ -663,7 +801,7 @@ class ScriptRun:
             self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
 
     def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
-               started_at: float, duration: float) -> None:
+               started_at: float, duration: float, from_journal: bool = False) -> None:
         """Send the script the answer to its call `msg`, and record the call in the ledger."""
         rid = msg.get("id")
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
@@ -684,7 +822,7 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg))
+        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg), from_journal)
 
     def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
         self._settle(msg)
@@ -711,7 +849,9 @@ class ScriptRun:
         final = ending.final
         outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
                           stdout_truncated=self.streamer.truncated or bool(final and final.get("truncated")),
-                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls))
+                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls),
+                          resumed=self.resumed, suspensions=self.suspensions,
+                          journal_calls=self._cursor.from_journal if self._cursor is not None else 0)
         if self._stopped is not None:
             outcome.error = f"cancelled: run_code was stopped by its caller ({self._stopped})"
             outcome.cancelled = True

@@ -1,0 +1,326 @@
+"""run_code's journal (runs in the host): each inner call's result, kept as the call completes, so
+that a run can be run again from the start (resumed) with the calls it already made answered from
+the journal instead of running again.
+
+    Journal        the interface: what an earlier attempt recorded (`entries`), and `started` /
+                   `finished` for each live call
+    FolderJournal  the default: journal.jsonl in the run's session folder, one line appended per
+                   event with one write, so a `kill -9` of the host loses at most the call in flight
+    MemoryJournal  the same in memory (a run without a session folder; replay)
+    Cursor         where each call of a run falls in the journal: its slot, and whether the
+                   journal answers it, says it was in flight, or has nothing (it runs live); a
+                   call that differs from what the journal holds there is a `Divergence`
+
+Slots. A script is deterministic up to its calls' results, which a resumed run gets back from the
+journal; so it makes the same calls again, in the same order, except inside `parallel`, whose
+callbacks race. A sequential call takes a slot of its own; the calls of one `parallel` call (all
+that arrive while it runs, nested ones too: they run one after another inside a callback) share
+one slot and are matched within it by tool and arguments (their SHA-256), whatever order they
+come in. The n-th slot of a resumed run is compared with the n-th slot of the journal.
+
+In flight. `started` is written when a live call's handler is about to run (after its gates: a
+call that waited for a person when the host died has no such line, and runs, and asks, again);
+`finished` when it has its result. A call started and never finished may have had its effect:
+a resumed run answers it with an error saying so (`POSSIBLY_DONE`), never runs it again. Its id,
+the same in every attempt (`key`), is the idempotency key a tool can use (`ctx.call_id`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from nexus_core import ToolCall, ToolResult
+
+from .session import FILE_MODE, make_private_dirs
+from .streaming import _canonical
+
+#: journal.jsonl in a run's session folder, while the run has not ended (removed when it has)
+JOURNAL_FILE = "journal.jsonl"
+#: what a resumed run answers for a call that was running when its host stopped
+POSSIBLY_DONE = ("possibly done: {name} was running when the run's host stopped, and is not run again: "
+                 "its effect may or may not have happened (its idempotency key, ctx.call_id, is {key!r})")
+#: how much of a call's arguments a divergence message shows
+SHOWN_CHARS = 160
+
+_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def arguments_sha(arguments: Any) -> str:
+    """The SHA-256 of arguments as calls.jsonl hashes them (compact JSON, keys sorted, UTF-8)."""
+    return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """A call as a person reads it in an error: `write({"path": "a.txt", ...})`, cut short."""
+    shown = _canonical(arguments) if isinstance(arguments, dict) else "{}"
+    if len(shown) > SHOWN_CHARS:
+        shown = shown[:SHOWN_CHARS] + "...}"
+    return f"{name}({shown})"
+
+
+@attrs.define
+class Entry:
+    """One call an earlier attempt made: its slot, whether `parallel` made it, the tool, its
+    arguments (and their hash), and its result once it finished (None: it was in flight)."""
+
+    n: int  # its number in the journal (pairs `started` with `finished`)
+    slot: int
+    parallel: bool
+    name: str
+    sha: str
+    arguments: Any
+    result: ToolResult | None = None
+    started: bool = False  # its handler was about to run
+
+
+def result_json(result: ToolResult) -> dict[str, Any]:
+    return {"output": result.output, "error": result.error, "error_kind": result.error_kind,
+            "output_file": result.output_file, "output_structured": result.output_structured,
+            "metadata": result.metadata}
+
+
+def result_from(data: dict[str, Any], call: ToolCall) -> ToolResult:
+    """A recorded result as the answer to `call` (its id and name)."""
+    metadata = data.get("metadata")
+    return ToolResult(id=call.id, name=call.name, output=str(data.get("output") or ""), error=data.get("error"),
+                      error_kind=data.get("error_kind"), output_file=data.get("output_file"),
+                      output_structured=data.get("output_structured"),
+                      metadata=metadata if isinstance(metadata, dict) else {})
+
+
+class Journal(Protocol):
+    """Where a run keeps its calls' results as they complete. `entries` is what earlier attempts
+    of the run recorded (read once, when the run starts); `placed` announces a live call (its
+    slot and key), `started` that its handler is about to run, `finished` its result. Each is
+    called from the thread that answers the call; an implementation is thread-safe."""
+
+    def entries(self) -> list[Entry]: ...
+
+    def placed(self, entry: Entry) -> None: ...
+
+    def started(self, entry: Entry) -> None: ...
+
+    def finished(self, entry: Entry, result: ToolResult) -> None: ...
+
+    def close(self, keep: bool) -> None: ...
+
+
+class MemoryJournal:
+    """A journal in memory: suspension and resumption within one process, and replay."""
+
+    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+        self._entries = list(entries)
+        self._lock = threading.Lock()
+
+    def entries(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries)
+
+    def placed(self, entry: Entry) -> None:
+        with self._lock:
+            self._entries.append(entry)
+
+    def started(self, entry: Entry) -> None:
+        entry.started = True
+
+    def finished(self, entry: Entry, result: ToolResult) -> None:
+        entry.result = result
+
+    def close(self, keep: bool) -> None:
+        pass
+
+
+class FolderJournal(MemoryJournal):
+    """journal.jsonl in the run's session folder (and in memory, for a resumption in this
+    process). Lines: `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when a live call's
+    handler is about to run, `{"k": "done", "n", "result"}` when it finished (a call its gates
+    refused, or one that waited for a person when the host died, has no line: it is made again). Each line is one `write` on an O_APPEND file: a process killed at any point
+    leaves whole lines and at most a torn last one, which `load` skips. Not fsync'ed: it survives
+    the host's death, not the machine's (the durable backend, on a database, is for that)."""
+
+    def __init__(self, folder: Path, resume: bool) -> None:
+        self.path = folder / JOURNAL_FILE
+        super().__init__(load(self.path) if resume else ())
+        self._fd: int | None = None
+        self._fresh = not resume  # a fresh run of a call id seen before: the old journal goes
+
+    def _write(self, record: dict[str, Any]) -> None:
+        data = (_encode(record) + "\n").encode("utf-8", "replace")
+        with self._lock:
+            if self._fd is None:
+                make_private_dirs(self.path.parent)
+                flags = _APPEND_FLAGS | (os.O_TRUNC if self._fresh else 0)
+                self._fd = os.open(self.path, flags, FILE_MODE)
+            os.write(self._fd, data)
+
+    def started(self, entry: Entry) -> None:
+        super().started(entry)
+        self._write({"k": "start", "n": entry.n, "slot": entry.slot, "par": entry.parallel, "name": entry.name,
+                     "sha": entry.sha, "args": entry.arguments})
+
+    def finished(self, entry: Entry, result: ToolResult) -> None:
+        super().finished(entry, result)
+        if entry.started:  # a call refused before its handler ran is made again, and refused again
+            self._write({"k": "done", "n": entry.n, "result": result_json(result)})
+
+    def close(self, keep: bool) -> None:
+        """The run ended (`keep` False: its record is complete, the journal goes) or was left
+        to be resumed (`keep`)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        if not keep:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def load(path: Path) -> list[Entry]:
+    """The entries of a journal.jsonl (none if there is no file); a torn or foreign line is
+    skipped: a line is only ever torn at the end, by a kill in the middle of its write."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    entries: dict[int, Entry] = {}
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or type(record.get("n")) is not int:
+            continue
+        n, kind = record["n"], record.get("k")
+        if kind == "start" and type(record.get("slot")) is int and isinstance(record.get("name"), str):
+            entries[n] = Entry(n=n, slot=record["slot"], parallel=record.get("par") is True, name=record["name"],
+                               sha=str(record.get("sha")), arguments=record.get("args"), started=True)
+        elif kind == "done" and n in entries and isinstance(record.get("result"), dict):
+            entry = entries[n]
+            entry.result = result_from(record["result"], ToolCall(id="", name=entry.name, arguments={}))
+    return sorted(entries.values(), key=lambda e: e.n)
+
+
+class Divergence(Exception):
+    """A resumed script asked for another call than its journal holds at that point."""
+
+
+@attrs.define
+class Placement:
+    """Where a call falls: its slot and key, and the journal's entry for it (answered from the
+    journal when it has a result; in flight when it was started and never finished), or a new
+    entry (`live`) for a call past the journal."""
+
+    entry: Entry
+    key: str
+    live: bool
+
+    @property
+    def recorded(self) -> ToolResult | None:
+        return None if self.live else self.entry.result
+
+
+class Cursor:
+    """Places a run's calls, in the order the script issues them, against the journal of its
+    earlier attempts (see the module's docstring for slots). One per attempt; `place` is called
+    from the one thread that reads the script's process."""
+
+    def __init__(self, run_id: str, entries: list[Entry]) -> None:
+        self.run_id = run_id
+        self._slots: dict[int, list[Entry]] = {}
+        for entry in entries:
+            if entry.started or entry.result is not None:  # one placed and never run was not made
+                self._slots.setdefault(entry.slot, []).append(entry)
+        self._last = max(self._slots, default=-1)
+        self._next_n = max((e.n for e in entries), default=-1) + 1
+        self.slot = -1
+        self._group: Any = None  # the `parallel` call the current slot belongs to (the child's number)
+        self._left: list[Entry] = []  # the journal's calls of the current parallel slot not yet made
+        self._keys: dict[str, int] = {}  # keys given in the current slot (a repeated call gets :2, :3...)
+        self.from_journal = 0
+
+    def place(self, name: str, arguments: Any, group: Any) -> Placement:
+        """The call `name(arguments)`, made by the script's `parallel` call `group` (None: outside
+        one). Raises `Divergence` naming both calls when the journal holds another one here."""
+        if group is None or group != self._group:
+            self._leave_slot()
+            self.slot += 1
+            self._group = group
+            self._keys = {}
+            recorded = self._slots.get(self.slot, [])
+            self._left = list(recorded) if group is not None else []
+            if recorded and recorded[0].parallel != (group is not None):
+                made, held = ("inside", "outside") if group is not None else ("outside", "inside")
+                raise Divergence(self._diverged(f"{call_text(name, arguments)} (made {made} parallel)",
+                                                f"{call_text(recorded[0].name, recorded[0].arguments)} (made {held} parallel)"))
+        sha = arguments_sha(arguments)
+        key = f"{self.run_id}:{self.slot}" if group is None else f"{self.run_id}:{self.slot}:{sha[:12]}"
+        seen = self._keys.get(key, 0)
+        self._keys[key] = seen + 1
+        if seen:
+            key = f"{key}:{seen + 1}"
+        recorded = self._slots.get(self.slot, [])
+        if group is None and recorded:
+            entry = recorded[0]
+            if entry.name != name or entry.sha != sha:
+                raise Divergence(self._diverged(call_text(name, arguments), call_text(entry.name, entry.arguments)))
+            return self._from_journal(entry, key)
+        if group is not None:
+            for i, entry in enumerate(self._left):
+                if entry.name == name and entry.sha == sha:
+                    del self._left[i]
+                    return self._from_journal(entry, key)
+            if recorded and self.slot < self._last:
+                held = ", ".join(call_text(e.name, e.arguments) for e in self._left[:3]) or "no more calls"
+                raise Divergence(self._diverged(call_text(name, arguments), f"{held} for this parallel call"))
+        entry = Entry(n=self._next_n, slot=self.slot, parallel=group is not None, name=name, sha=sha,
+                      arguments=arguments)
+        self._next_n += 1
+        return Placement(entry, key, live=True)
+
+    def _from_journal(self, entry: Entry, key: str) -> Placement:
+        if entry.result is not None:
+            self.from_journal += 1
+        return Placement(entry, key, live=False)
+
+    def _leave_slot(self) -> None:
+        """The current slot is over: a parallel one must have made every call the journal holds
+        for it, unless one of them failed (a parallel call stops starting callbacks at its first
+        error, so which of the rest ran is a race)."""
+        left, self._left = self._left, []
+        if not left or self._group is None:
+            return
+        if any(e.result is not None and e.result.error is not None for e in self._slots.get(self.slot, [])):
+            return
+        raise Divergence(
+            f"journal diverged: the script's parallel call (call slot {self.slot + 1} of the run) made fewer calls "
+            f"than the journal holds for it: {', '.join(call_text(e.name, e.arguments) for e in left[:3])} "
+            f"{'was' if len(left) == 1 else 'were'} not made; {_WHY}")
+
+    def finish(self) -> None:
+        """The script ended: it must have made every call the journal holds (raises Divergence)."""
+        self._leave_slot()
+        rest = [e for slot, entries in sorted(self._slots.items()) if slot > self.slot for e in entries]
+        if rest:
+            raise Divergence(
+                f"journal diverged: the script ended after {self.slot + 1} call slots, but the journal holds "
+                f"{len(rest)} more call{'s' if len(rest) != 1 else ''} (the next: {call_text(rest[0].name, rest[0].arguments)}); "
+                f"{_WHY}")
+
+    def _diverged(self, made: str, held: str, how: str = "") -> str:
+        return (f"journal diverged: the script's call {self.slot + 1} is {made}{how}, but the journal holds {held} "
+                f"there; {_WHY}")
+
+
+_WHY = ("a resumed script must make the calls it made before, in the same order (was the script changed, or "
+        "does what it calls depend on time or chance?)")
