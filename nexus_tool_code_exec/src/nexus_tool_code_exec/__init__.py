@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .host.events import CodeExecChunk, CodeExecRequest, CodeExecResult
     from .host.engine import CodeExec
     from .host.plugin import CodeExecPlugin
+    from .host.replay import ReplayError, ReplayReport, replay
 
 PLUGIN_ID = "nexus.tool.code_exec"
 
@@ -114,6 +115,10 @@ def __getattr__(name: str) -> Any:
         from .host.plugin import CodeExecPlugin
 
         return CodeExecPlugin
+    if name in ("replay", "ReplayReport", "ReplayError"):
+        from .host import replay
+
+        return getattr(replay, name)
     if name in ("CodeExecRequest", "CodeExecChunk", "CodeExecResult"):
         from .host import events
 
@@ -121,4 +126,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecChunk", "CodeExecPlugin", "CodeExecRequest",
-           "CodeExecResult", "engine_for"]
+           "CodeExecResult", "ReplayError", "ReplayReport", "engine_for", "replay"]

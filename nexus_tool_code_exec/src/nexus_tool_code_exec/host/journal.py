@@ -99,9 +99,12 @@ def result_from(data: dict[str, Any], call: ToolCall) -> ToolResult:
 
 class Journal(Protocol):
     """Where a run keeps its calls' results as they complete. `entries` is what earlier attempts
-    of the run recorded (read once, when the run starts); `placed` announces a live call (its
-    slot and key), `started` that its handler is about to run, `finished` its result. Each is
-    called from the thread that answers the call; an implementation is thread-safe."""
+    of the run recorded (read as each attempt starts); `placed` announces a live call (its slot
+    and key), `started` that its handler is about to run, `finished` its result. Each is called
+    from the thread that answers the call; an implementation is thread-safe. A `closed` journal
+    answers calls and takes none: a call it does not hold is a divergence (replay)."""
+
+    closed: bool
 
     def entries(self) -> list[Entry]: ...
 
@@ -117,9 +120,10 @@ class Journal(Protocol):
 class MemoryJournal:
     """A journal in memory: suspension and resumption within one process, and replay."""
 
-    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+    def __init__(self, entries: Iterable[Entry] = (), closed: bool = False) -> None:
         self._entries = list(entries)
         self._lock = threading.Lock()
+        self.closed = closed
 
     def entries(self) -> list[Entry]:
         with self._lock:
@@ -235,8 +239,11 @@ class Cursor:
     earlier attempts (see the module's docstring for slots). One per attempt; `place` is called
     from the one thread that reads the script's process."""
 
-    def __init__(self, run_id: str, entries: list[Entry]) -> None:
+    def __init__(self, run_id: str, entries: list[Entry], live: bool = True) -> None:
         self.run_id = run_id
+        self.live = live  # a call past the journal runs (else it is a divergence)
+        self.what = "journal" if live else "record"  # what the errors call it
+        self.why = _WHY if live else _WHY_REPLAY
         self._slots: dict[int, list[Entry]] = {}
         for entry in entries:
             if entry.started or entry.result is not None:  # one placed and never run was not made
@@ -280,9 +287,12 @@ class Cursor:
                 if entry.name == name and entry.sha == sha:
                     del self._left[i]
                     return self._from_journal(entry, key)
-            if recorded and self.slot < self._last:
+            if recorded and (self.slot < self._last or not self.live):
                 held = ", ".join(call_text(e.name, e.arguments) for e in self._left[:3]) or "no more calls"
                 raise Divergence(self._diverged(call_text(name, arguments), f"{held} for this parallel call"))
+        if not self.live:
+            raise Divergence(self._diverged(call_text(name, arguments), "no call", " (past the end of the record)"
+                                            if self.slot > self._last else ""))
         entry = Entry(n=self._next_n, slot=self.slot, parallel=group is not None, name=name, sha=sha,
                       arguments=arguments)
         self._next_n += 1
@@ -303,9 +313,9 @@ class Cursor:
         if any(e.result is not None and e.result.error is not None for e in self._slots.get(self.slot, [])):
             return
         raise Divergence(
-            f"journal diverged: the script's parallel call (call slot {self.slot + 1} of the run) made fewer calls "
-            f"than the journal holds for it: {', '.join(call_text(e.name, e.arguments) for e in left[:3])} "
-            f"{'was' if len(left) == 1 else 'were'} not made; {_WHY}")
+            f"journal diverged: the script's parallel call (call {self.slot + 1} of the run) made fewer calls "
+            f"than the {self.what} holds for it: {', '.join(call_text(e.name, e.arguments) for e in left[:3])} "
+            f"{'was' if len(left) == 1 else 'were'} not made; {self.why}")
 
     def finish(self) -> None:
         """The script ended: it must have made every call the journal holds (raises Divergence)."""
@@ -313,14 +323,14 @@ class Cursor:
         rest = [e for slot, entries in sorted(self._slots.items()) if slot > self.slot for e in entries]
         if rest:
             raise Divergence(
-                f"journal diverged: the script ended after {self.slot + 1} call slots, but the journal holds "
-                f"{len(rest)} more call{'s' if len(rest) != 1 else ''} (the next: {call_text(rest[0].name, rest[0].arguments)}); "
-                f"{_WHY}")
+                f"journal diverged: the script ended after {self.slot + 1} calls, but the {self.what} holds "
+                f"{len(rest)} more (the next: {call_text(rest[0].name, rest[0].arguments)}); {self.why}")
 
     def _diverged(self, made: str, held: str, how: str = "") -> str:
-        return (f"journal diverged: the script's call {self.slot + 1} is {made}{how}, but the journal holds {held} "
-                f"there; {_WHY}")
+        return (f"journal diverged: the script's call {self.slot + 1} is {made}{how}, but the {self.what} holds "
+                f"{held} there; {self.why}")
 
 
 _WHY = ("a resumed script must make the calls it made before, in the same order (was the script changed, or "
         "does what it calls depend on time or chance?)")
+_WHY_REPLAY = "a replayed script is answered only the calls the recorded run made, in the same order"

@@ -92,7 +92,8 @@ class CodeExecPlugin:
     @staticmethod
     @hookimpl
     def nexus_register_commands(cli: Any) -> None:
-        from .cli import run_command, runs_command
+        from .cli import replay_command, run_command, runs_command
 
         cli.add_command(run_command)
         cli.add_command(runs_command)
+        cli.add_command(replay_command)

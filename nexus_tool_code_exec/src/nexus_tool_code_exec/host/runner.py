@@ -132,6 +132,8 @@ class Outcome:
     journal_calls: int = 0
     #: how often it was suspended in this process (its child ended while a person decided)
     suspensions: int = 0
+    #: replay: the script ended before it made every call of the record (a resumed run's error)
+    ended_short: str | None = None
 
     @property
     def stopped_text(self) -> str:
@@ -285,6 +287,7 @@ class ScriptRun:
         self._suspending = False  # the child was ended to suspend the run, not the run itself
         self.suspensions = 0
         self._used = 0.0  # seconds of the timeout earlier attempts used
+        self._ended_short: str | None = None  # the script ended before making every journaled call
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -323,7 +326,7 @@ class ScriptRun:
             try:
                 self._cursor.finish()
             except Divergence as exc:
-                ending.error = str(exc)
+                self._ended_short = str(exc)
         self.streamer.finish()
         return self._outcome(ending, time.monotonic() - began)
 
@@ -368,7 +371,7 @@ class ScriptRun:
             if self._stopped is not None:  # its caller stopped the run while the child was coming
                 child.kill()
         if self.journal is not None:
-            self._cursor = Cursor(self.call_id, self.journal.entries())
+            self._cursor = Cursor(self.call_id, self.journal.entries(), live=not self.journal.closed)
         watchdog = Watchdog(child, max(self.settings.timeout_seconds - self._used, 0.0)).start()
         with self._write_lock:
             self._watchdog = watchdog
@@ -883,6 +886,11 @@ class ScriptRun:
             line = final.get("line")
             if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
                 outcome.where = where_text(line, self._script)
+        if self._ended_short is not None:
+            if self.journal is not None and self.journal.closed:
+                outcome.ended_short = self._ended_short  # replay: the result stands, the calls differ
+            else:
+                outcome.error, outcome.result, outcome.result_json = self._ended_short, None, None
         if outcome.error is not None and outcome.stopped_calls:
             outcome.error += f"; {outcome.stopped_text}"
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
