@@ -629,11 +629,6 @@ class CodeExec:
             with self._lock:
                 self._resuming.discard(call_id)
 
-    def handler_starting(self, call: ToolCall) -> None:
-        """An inner call of a run being served is about to run its handler (its gates let it)."""
-        served = self._serving.get(call.parent_call_id or "")
-        if served is not None:
-            served.handler_starting(call)
 
     def _request(self, script: str, call_id: str, record: bool) -> _Run:
         folder = None
@@ -678,16 +673,21 @@ class CodeExec:
                 forget()
             self._serving.pop(run.call_id, None)
 
-    def pause_clock(self, call_id: str | None) -> None:
-        """Stop the clock of run `call_id` (a run_code call id): one of its inner calls waits for
-        a person. Nestable; every pause is undone by one `resume_clock`. Other ids are ignored."""
+    def pause_clock(self, call_id: str | None, call: ToolCall | None = None) -> None:
+        """Stop the clock of run `call_id` (a run_code call id): one of its inner calls (`call`)
+        waits for a person, which its journal notes. Nestable; every pause is undone by one
+        `resume_clock`. Other ids are ignored."""
         served = self._serving.get(call_id or "")
         if served is not None:
             served.pause()
+            if call is not None:
+                served.asking(call, True)
 
-    def resume_clock(self, call_id: str | None) -> None:
+    def resume_clock(self, call_id: str | None, call: ToolCall | None = None) -> None:
         served = self._serving.get(call_id or "")
         if served is not None:
+            if call is not None:
+                served.asking(call, False)
             served.resume()
 
     def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher) -> protocol.StartMessage:

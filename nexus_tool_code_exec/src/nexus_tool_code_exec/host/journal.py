@@ -2,8 +2,8 @@
 that a run can be run again from the start (resumed) with the calls it already made answered from
 the journal instead of running again.
 
-    Journal        the interface: what an earlier attempt recorded (`entries`), and `started` /
-                   `finished` for each live call
+    Journal        the interface: what an earlier attempt recorded (`entries`), and `placed`,
+                   `asking` and `finished` for each live call
     FolderJournal  the default: journal.jsonl in the run's session folder, one line appended per
                    event with one write, so a `kill -9` of the host loses at most the call in flight
     MemoryJournal  the same in memory (a run without a session folder; replay)
@@ -18,17 +18,20 @@ that arrive while it runs, nested ones too: they run one after another inside a 
 one slot and are matched within it by tool and arguments (their SHA-256), whatever order they
 come in. The n-th slot of a resumed run is compared with the n-th slot of the journal.
 
-In flight. `started` is written when a live call's handler is about to run (after its gates: a
-call that waited for a person when the host died has no such line, and runs, and asks, again);
-`finished` when it has its result. A call started and never finished may have had its effect:
-a resumed run answers it with an error saying so (`POSSIBLY_DONE`), never runs it again. Its id,
-the same in every attempt (`key`), is the idempotency key a tool can use (`ctx.call_id`).
+In flight. `placed` is written when the host takes a live call (before its gates), `asking` while
+a person decides about it, `finished` when it has its result. A call placed and never finished
+may have had its effect: a resumed run answers it with an error saying so (`POSSIBLY_DONE`), and
+never runs it again; unless it was waiting for a person (its gates asked, nobody answered yet):
+then nothing of it ran, and it is made, and asked about, again. Its id, the same in every attempt
+(`key`), is the idempotency key a tool can use (`ctx.call_id`). A host killed while a call's gates
+run (and none asks) leaves that call "possibly done": it errs on the side of not repeating it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import threading
 from collections.abc import Iterable
@@ -40,7 +43,7 @@ import attrs
 from nexus_core import ToolCall, ToolResult
 
 from .session import FILE_MODE, make_private_dirs
-from .streaming import _canonical
+from .streaming import _canonical, _record_encode, _string
 
 #: journal.jsonl in a run's session folder, while the run has not ended (removed when it has)
 JOURNAL_FILE = "journal.jsonl"
@@ -50,13 +53,17 @@ POSSIBLY_DONE = ("possibly done: {name} was running when the run's host stopped,
 #: how much of a call's arguments a divergence message shows
 SHOWN_CHARS = 160
 
-_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+#: the journal file grows by this much at a time (it is mapped; see FolderJournal)
+MAP_CHUNK = 256 * 1024
 
 
-def arguments_sha(arguments: Any) -> str:
-    """The SHA-256 of arguments as calls.jsonl hashes them (compact JSON, keys sorted, UTF-8)."""
-    return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
+def arguments_hash(arguments: Any) -> tuple[str, int, str]:
+    """Arguments as calls.jsonl hashes them: their canonical JSON (compact, keys sorted), its
+    size in UTF-8 and its SHA-256 (made once a call, for the journal and calls.jsonl both)."""
+    text = _canonical(arguments)
+    data = text.encode("utf-8", "surrogatepass")
+    return text, len(data), hashlib.sha256(data).hexdigest()
 
 
 def call_text(name: str, arguments: Any) -> str:
@@ -72,14 +79,17 @@ class Entry:
     """One call an earlier attempt made: its slot, whether `parallel` made it, the tool, its
     arguments (and their hash), and its result once it finished (None: it was in flight)."""
 
-    n: int  # its number in the journal (pairs `started` with `finished`)
+    n: int  # its number in the journal (pairs `placed` with `finished`)
     slot: int
     parallel: bool
     name: str
     sha: str
     arguments: Any
     result: ToolResult | None = None
-    started: bool = False  # its handler was about to run
+    #: a person was deciding about it (its gates asked) and had not answered
+    asking: bool = False
+    #: this attempt's: the arguments as `arguments_hash` gave them (for the lines written)
+    hashed: tuple[str, int, str] | None = attrs.field(default=None, repr=False)
 
 
 def result_json(result: ToolResult) -> dict[str, Any]:
@@ -99,9 +109,10 @@ def result_from(data: dict[str, Any], call: ToolCall) -> ToolResult:
 
 class Journal(Protocol):
     """Where a run keeps its calls' results as they complete. `entries` is what earlier attempts
-    of the run recorded (read as each attempt starts); `placed` announces a live call (its slot
-    and key), `started` that its handler is about to run, `finished` its result. Each is called
-    from the thread that answers the call; an implementation is thread-safe. A `closed` journal
+    of the run recorded (read as each attempt starts); `placed` announces a live call (its slot,
+    tool, arguments), `asking` that a person decides about it (and then that they answered),
+    `finished` its result. Each is called from the thread that handles the call; an
+    implementation is thread-safe. A `closed` journal
     answers calls and takes none: a call it does not hold is a divergence (replay)."""
 
     closed: bool
@@ -110,9 +121,9 @@ class Journal(Protocol):
 
     def placed(self, entry: Entry) -> None: ...
 
-    def started(self, entry: Entry) -> None: ...
+    def asking(self, entry: Entry, waiting: bool) -> None: ...
 
-    def finished(self, entry: Entry, result: ToolResult) -> None: ...
+    def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None: ...
 
     def close(self, keep: bool) -> None: ...
 
@@ -133,10 +144,11 @@ class MemoryJournal:
         with self._lock:
             self._entries.append(entry)
 
-    def started(self, entry: Entry) -> None:
-        entry.started = True
+    def asking(self, entry: Entry, waiting: bool) -> None:
+        entry.asking = waiting
 
-    def finished(self, entry: Entry, result: ToolResult) -> None:
+    def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None:
+        """`entry`'s call ended with `result`; `line` is its line of calls.jsonl, when whole."""
         entry.result = result
 
     def close(self, keep: bool) -> None:
@@ -146,43 +158,83 @@ class MemoryJournal:
 class FolderJournal(MemoryJournal):
     """journal.jsonl in the run's session folder (and in memory, for a resumption in this
     process). Lines: `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when a live call's
-    handler is about to run, `{"k": "done", "n", "result"}` when it finished (a call its gates
-    refused, or one that waited for a person when the host died, has no line: it is made again). Each line is one `write` on an O_APPEND file: a process killed at any point
-    leaves whole lines and at most a torn last one, which `load` skips. Not fsync'ed: it survives
-    the host's death, not the machine's (the durable backend, on a database, is for that)."""
+    handler is about to run, `{"k": "done", "n", "call": <its line of calls.jsonl>}` (or
+    `"result"`, where that line was cut) when it finished. A call its gates refused, or one that
+    waited for a person when the host died, has no line: it is made again.
+
+    The file is mapped (MAP_SHARED) and each line copied into the mapping: a line is in the
+    kernel's page cache the moment it is copied, so a `kill -9` of the host at any point keeps
+    every line before it, and writing one costs no system call (two write(2) calls a call cost
+    the host more than issue 24's budget for the journal, on a busy machine). The file grows by
+    MAP_CHUNK; a host that dies leaves it with zeros past its last line, which `load` drops, and
+    a line torn at the end, which it skips. Not fsync'ed: it survives the host's death, not the
+    machine's (the durable backend, on a database, is for that)."""
 
     def __init__(self, folder: Path, resume: bool) -> None:
         self.path = folder / JOURNAL_FILE
         super().__init__(load(self.path) if resume else ())
-        self._fd: int | None = None
         self._fresh = not resume  # a fresh run of a call id seen before: the old journal goes
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        self._end = 0  # where the next line goes
 
-    def _write(self, record: dict[str, Any]) -> None:
-        data = (_encode(record) + "\n").encode("utf-8", "replace")
+    def _open(self) -> None:
+        make_private_dirs(self.path.parent)
+        fd = os.open(self.path, _OPEN_FLAGS | (os.O_TRUNC if self._fresh else 0), FILE_MODE)
+        try:
+            if not self._fresh:  # after the lines an earlier host wrote (and not its zeros)
+                with open(fd, "rb", closefd=False) as f:
+                    self._end = len(f.read().rstrip(b"\0"))
+            os.ftruncate(fd, self._end + MAP_CHUNK)
+            self._map = mmap.mmap(fd, self._end + MAP_CHUNK)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def _write(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
         with self._lock:
-            if self._fd is None:
-                make_private_dirs(self.path.parent)
-                flags = _APPEND_FLAGS | (os.O_TRUNC if self._fresh else 0)
-                self._fd = os.open(self.path, flags, FILE_MODE)
-            os.write(self._fd, data)
+            if self._map is None:
+                self._open()
+            assert self._map is not None
+            end = self._end + len(data)
+            if end > len(self._map):
+                self._map.resize(end + max(MAP_CHUNK, len(self._map)))  # the file grows with it
+            self._map[self._end:end] = data
+            self._end = end
 
-    def started(self, entry: Entry) -> None:
-        super().started(entry)
-        self._write({"k": "start", "n": entry.n, "slot": entry.slot, "par": entry.parallel, "name": entry.name,
-                     "sha": entry.sha, "args": entry.arguments})
+    def placed(self, entry: Entry) -> None:
+        super().placed(entry)
+        # made as text: the arguments' JSON is the one calls.jsonl hashes (made once a call)
+        arguments = entry.hashed[0] if entry.hashed is not None else _canonical(entry.arguments)
+        self._write(f'{{"k":"start","n":{entry.n},"slot":{entry.slot},"par":{"true" if entry.parallel else "false"},'
+                    f'"name":{_string(entry.name)},"sha":"{entry.sha}","args":{arguments}}}\n')
 
-    def finished(self, entry: Entry, result: ToolResult) -> None:
+    def asking(self, entry: Entry, waiting: bool) -> None:
+        super().asking(entry, waiting)
+        self._write(f'{{"k":"{"ask" if waiting else "answered"}","n":{entry.n}}}\n')
+
+    def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None:
         super().finished(entry, result)
-        if entry.started:  # a call refused before its handler ran is made again, and refused again
-            self._write({"k": "done", "n": entry.n, "result": result_json(result)})
+        if line is not None:  # its line of calls.jsonl holds the whole result
+            self._write(f'{{"k":"done","n":{entry.n},"call":{line.rstrip()}}}\n')
+        else:
+            self._write(f'{{"k":"done","n":{entry.n},"result":{_record_encode(result_json(result))}}}\n')
 
     def close(self, keep: bool) -> None:
         """The run ended (`keep` False: its record is complete, the journal goes) or was left
         to be resumed (`keep`)."""
         with self._lock:
             fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+            mapped, self._map = self._map, None
+            if mapped is not None:
+                mapped.close()
+            if fd is not None:
+                try:
+                    os.ftruncate(fd, self._end)  # the lines, not the room left for more
+                finally:
+                    os.close(fd)
         if not keep:
             try:
                 os.unlink(self.path)
@@ -194,7 +246,7 @@ def load(path: Path) -> list[Entry]:
     """The entries of a journal.jsonl (none if there is no file); a torn or foreign line is
     skipped: a line is only ever torn at the end, by a kill in the middle of its write."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_bytes().rstrip(b"\0").decode("utf-8", "replace")
     except FileNotFoundError:
         return []
     entries: dict[int, Entry] = {}
@@ -208,10 +260,16 @@ def load(path: Path) -> list[Entry]:
         n, kind = record["n"], record.get("k")
         if kind == "start" and type(record.get("slot")) is int and isinstance(record.get("name"), str):
             entries[n] = Entry(n=n, slot=record["slot"], parallel=record.get("par") is True, name=record["name"],
-                               sha=str(record.get("sha")), arguments=record.get("args"), started=True)
-        elif kind == "done" and n in entries and isinstance(record.get("result"), dict):
-            entry = entries[n]
-            entry.result = result_from(record["result"], ToolCall(id="", name=entry.name, arguments={}))
+                               sha=str(record.get("sha")), arguments=record.get("args"))
+        elif kind in ("ask", "answered") and n in entries:
+            entries[n].asking = kind == "ask"
+        elif kind == "done" and n in entries:
+            result = record.get("result")
+            if result is None and isinstance(record.get("call"), dict):
+                result = record["call"].get("result")
+            if isinstance(result, dict):
+                entry = entries[n]
+                entry.result = result_from(result, ToolCall(id="", name=entry.name, arguments={}))
     return sorted(entries.values(), key=lambda e: e.n)
 
 
@@ -222,12 +280,14 @@ class Divergence(Exception):
 @attrs.define
 class Placement:
     """Where a call falls: its slot and key, and the journal's entry for it (answered from the
-    journal when it has a result; in flight when it was started and never finished), or a new
+    journal when it has a result; in flight when it was placed and never finished), or a new
     entry (`live`) for a call past the journal."""
 
     entry: Entry
     key: str
     live: bool
+    #: the call's arguments as `arguments_hash` gave them (calls.jsonl's line uses them too)
+    hashed: tuple[str, int, str] | None = None
 
     @property
     def recorded(self) -> ToolResult | None:
@@ -246,7 +306,7 @@ class Cursor:
         self.why = _WHY if live else _WHY_REPLAY
         self._slots: dict[int, list[Entry]] = {}
         for entry in entries:
-            if entry.started or entry.result is not None:  # one placed and never run was not made
+            if entry.result is not None or not entry.asking:  # one a person was asked about is made again
                 self._slots.setdefault(entry.slot, []).append(entry)
         self._last = max(self._slots, default=-1)
         self._next_n = max((e.n for e in entries), default=-1) + 1
@@ -270,7 +330,8 @@ class Cursor:
                 made, held = ("inside", "outside") if group is not None else ("outside", "inside")
                 raise Divergence(self._diverged(f"{call_text(name, arguments)} (made {made} parallel)",
                                                 f"{call_text(recorded[0].name, recorded[0].arguments)} (made {held} parallel)"))
-        sha = arguments_sha(arguments)
+        hashed = arguments_hash(arguments)
+        sha = hashed[2]
         key = f"{self.run_id}:{self.slot}" if group is None else f"{self.run_id}:{self.slot}:{sha[:12]}"
         seen = self._keys.get(key, 0)
         self._keys[key] = seen + 1
@@ -281,12 +342,12 @@ class Cursor:
             entry = recorded[0]
             if entry.name != name or entry.sha != sha:
                 raise Divergence(self._diverged(call_text(name, arguments), call_text(entry.name, entry.arguments)))
-            return self._from_journal(entry, key)
+            return self._from_journal(entry, key, hashed)
         if group is not None:
             for i, entry in enumerate(self._left):
                 if entry.name == name and entry.sha == sha:
                     del self._left[i]
-                    return self._from_journal(entry, key)
+                    return self._from_journal(entry, key, hashed)
             if recorded and (self.slot < self._last or not self.live):
                 held = ", ".join(call_text(e.name, e.arguments) for e in self._left[:3]) or "no more calls"
                 raise Divergence(self._diverged(call_text(name, arguments), f"{held} for this parallel call"))
@@ -294,14 +355,14 @@ class Cursor:
             raise Divergence(self._diverged(call_text(name, arguments), "no call", " (past the end of the record)"
                                             if self.slot > self._last else ""))
         entry = Entry(n=self._next_n, slot=self.slot, parallel=group is not None, name=name, sha=sha,
-                      arguments=arguments)
+                      arguments=arguments, hashed=hashed)
         self._next_n += 1
-        return Placement(entry, key, live=True)
+        return Placement(entry, key, live=True, hashed=hashed)
 
-    def _from_journal(self, entry: Entry, key: str) -> Placement:
+    def _from_journal(self, entry: Entry, key: str, hashed: tuple[str, int, str]) -> Placement:
         if entry.result is not None:
             self.from_journal += 1
-        return Placement(entry, key, live=False)
+        return Placement(entry, key, live=False, hashed=hashed)
 
     def _leave_slot(self) -> None:
         """The current slot is over: a parallel one must have made every call the journal holds

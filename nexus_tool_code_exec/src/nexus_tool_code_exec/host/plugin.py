@@ -11,7 +11,7 @@ from nexus_core import hookimpl
 from .. import PLUGIN_ID, config_schema
 
 if TYPE_CHECKING:
-    from nexus_core import Nexus, Question, ToolCall, ToolDef
+    from nexus_core import Nexus, Question, ToolDef
 
     from .engine import CodeExec
 
@@ -63,22 +63,16 @@ class CodeExecPlugin:
         if self.engine is not None:
             self.engine.skills_changed()
 
-    # a run's journal says which of its inner calls' handlers started (a kill leaves it "possibly done")
-    @hookimpl
-    def nexus_tool_invoke(self, call: ToolCall) -> None:
-        if self.engine is not None and call.parent_call_id is not None:
-            self.engine.handler_starting(call)
-
     # a script's inner call that waits for a person does not use up the script's time
     @hookimpl
     def nexus_ask_start(self, question: Question) -> None:
         if self.engine is not None:
-            self.engine.pause_clock(question.call.parent_call_id)
+            self.engine.pause_clock(question.call.parent_call_id, question.call)
 
     @hookimpl
     def nexus_ask_end(self, question: Question) -> None:
         if self.engine is not None:
-            self.engine.resume_clock(question.call.parent_call_id)
+            self.engine.resume_clock(question.call.parent_call_id, question.call)
 
     @hookimpl
     def nexus_shutdown(self) -> None:

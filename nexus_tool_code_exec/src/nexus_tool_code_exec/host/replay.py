@@ -93,7 +93,7 @@ def record_entries(calls_jsonl: str) -> tuple[list[Entry], list[str]]:
             slot += 1
         group = made_by
         entry = Entry(n=n, slot=slot, parallel=made_by is not None, name=record["name"],
-                      sha=str(record.get("arguments_sha256")), arguments=record.get("arguments"), started=True)
+                      sha=str(record.get("arguments_sha256")), arguments=record.get("arguments"))
         entry.result = result_from(record["result"], ToolCall(id=str(record.get("id", "")), name=record["name"],
                                                                 arguments={}))
         if record.get("cut") is True:

@@ -282,7 +282,7 @@ class ScriptRun:
         self.journal = journal
         self.resumed = resumed
         self._cursor: Cursor | None = None  # this attempt's, made as its child starts
-        self._live: dict[str, Placement] = {}  # live calls by id, until their handler starts
+        self._live: dict[str, Placement] = {}  # live calls by id, until they are answered
         self._suspend_timer: threading.Timer | None = None
         self._suspending = False  # the child was ended to suspend the run, not the run itself
         self.suspensions = 0
@@ -719,16 +719,15 @@ class ScriptRun:
         else:
             text = POSSIBLY_DONE.format(name=call.name, key=placement.key)
             result = self.nexus.refuse(call, text, "failure")  # result gates and observers see it
-            assert self.journal is not None
-            self.journal.finished(placement.entry, result)
-        self._reply(msg, call, result, size, time.time(), 0.0, from_journal=True)
+        self._reply(msg, call, result, size, time.time(), 0.0, placement)
 
-    def handler_starting(self, call: ToolCall) -> None:
-        """The handler of the inner call `call` is about to run (its gates let it): the journal
-        says so, so that a host stopping from here on leaves it "possibly done"."""
-        placement = self._live.pop(call.id, None)
+    def asking(self, call: ToolCall, waiting: bool) -> None:
+        """A person decides about the inner call `call` (`waiting`), or has answered: the journal
+        says so, so that a host stopping meanwhile leaves it to be made again, not "possibly
+        done" (nothing of it ran)."""
+        placement = self._live.get(call.id)
         if placement is not None and self.journal is not None:
-            self.journal.started(placement.entry)
+            self.journal.asking(placement.entry, waiting)
 
     def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
         started_at, started = time.time(), time.perf_counter()
@@ -743,10 +742,9 @@ class ScriptRun:
             # the run's token: cancelled when the run ends, so nothing it started outlives it
             result = self.nexus.invoke(call, cancel=self.cancel)
         inner.result = result
-        if inner.placement is not None and self.journal is not None:
+        if inner.placement is not None:
             self._live.pop(call.id, None)
-            self.journal.finished(inner.placement.entry, result)
-        self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
+        self._reply(msg, call, result, size, started_at, time.perf_counter() - started, inner.placement)
 
     # -- the end of the run: nothing it started outlives it ---------------------------------------
 
@@ -804,8 +802,9 @@ class ScriptRun:
             self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
 
     def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
-               started_at: float, duration: float, from_journal: bool = False) -> None:
-        """Send the script the answer to its call `msg`, and record the call in the ledger."""
+               started_at: float, duration: float, placement: Placement | None = None) -> None:
+        """Send the script the answer to its call `msg`, and record the call in the ledger (and,
+        for a journaled run, in the journal: `placement` says where)."""
         rid = msg.get("id")
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: protocol.CallResult = {"output": result.output}
@@ -816,6 +815,12 @@ class ScriptRun:
             reply["output_file"] = result.output_file
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
+        # the journal's own copy first: a suspended run resumes once its held calls are settled,
+        # and then answers this one from the journal (its line is written below)
+        fresh = placement is not None and (placement.live or placement.entry.result is None)
+        if fresh:
+            assert placement is not None
+            placement.entry.result = result
         # settled before the answer goes out: the call the child makes next, once it has it,
         # then never finds this one still counted
         self._settle(msg)
@@ -825,7 +830,12 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg), from_journal)
+        line = self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg),
+                                  from_journal=placement is not None and not placement.live,
+                                  hashed=placement.hashed if placement is not None else None)
+        if fresh and self.journal is not None:
+            assert placement is not None
+            self.journal.finished(placement.entry, result, line)
 
     def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
         self._settle(msg)

@@ -136,20 +136,26 @@ class Ledger:
         self._recorded = 0
 
     def record(self, call: ToolCall, result: ToolResult, size: int, started_at: float = 0.0,
-               duration: float = 0.0, parallel: int | bool = False, from_journal: bool = False) -> None:
+               duration: float = 0.0, parallel: int | bool = False, from_journal: bool = False,
+               hashed: tuple[str, int, str] | None = None) -> str | None:
         """One call, whose message took `size` bytes on the pipe, and its result: it came in at
         `started_at` (epoch seconds), took `duration` seconds, and was made by the script's
         `parallel` call number `parallel` (1, 2, ...), or outside one (False); `from_journal`:
-        it was answered from the run's journal, without running (a resumed run)."""
-        arguments = _canonical(call.arguments)
-        data = arguments.encode("utf-8", "surrogatepass")
-        digest = hashlib.sha256(data).hexdigest()
-        cost = len(data) + len(result.output)
+        it was answered from the run's journal, without running (a resumed run); `hashed`: the
+        arguments' canonical JSON, its size in bytes and its SHA-256, where the journal has them
+        already. Returns the line, unless it was cut (None)."""
+        if hashed is None:
+            arguments = _canonical(call.arguments)
+            data = arguments.encode("utf-8", "surrogatepass")
+            size_bytes, digest = len(data), hashlib.sha256(data).hexdigest()
+        else:
+            arguments, size_bytes, digest = hashed
+        cost = size_bytes + len(result.output)
         with self._lock:
             keep = self._recorded + cost <= RECORD_BUDGET
             if keep:
                 self._recorded += cost
-        facts: dict[str, Any] = {"arguments_bytes": len(data), "arguments_sha256": digest,
+        facts: dict[str, Any] = {"arguments_bytes": size_bytes, "arguments_sha256": digest,
                                  "output_chars": len(result.output), "started_at": round(started_at, 6),
                                  "duration_seconds": round(duration, 6), "parallel": parallel}
         if from_journal:  # answered from the run's journal: the tool did not run in this attempt
@@ -162,6 +168,7 @@ class Ledger:
         line = record_line(call.id, call.name, arguments, result, facts)
         with self._lock:
             self._lines.append(line)
+        return line if keep else None
 
     def lines(self) -> list[str]:
         with self._lock:
