@@ -320,44 +320,50 @@ class Cursor:
         """The call `name(arguments)`, made by the script's `parallel` call `group` (None: outside
         one). Raises `Divergence` naming both calls when the journal holds another one here."""
         if group is None or group != self._group:
-            self._leave_slot()
+            if self._left:
+                self._leave_slot()
             self.slot += 1
             self._group = group
-            self._keys = {}
-            recorded = self._slots.get(self.slot, [])
-            self._left = list(recorded) if group is not None else []
-            if recorded and recorded[0].parallel != (group is not None):
-                made, held = ("inside", "outside") if group is not None else ("outside", "inside")
-                raise Divergence(self._diverged(f"{call_text(name, arguments)} (made {made} parallel)",
-                                                f"{call_text(recorded[0].name, recorded[0].arguments)} (made {held} parallel)"))
+            if self.slot <= self._last:
+                recorded = self._slots.get(self.slot)
+                if recorded and recorded[0].parallel != (group is not None):
+                    made, held = ("inside", "outside") if group is not None else ("outside", "inside")
+                    raise Divergence(self._diverged(
+                        f"{call_text(name, arguments)} (made {made} parallel)",
+                        f"{call_text(recorded[0].name, recorded[0].arguments)} (made {held} parallel)"))
+                self._left = list(recorded) if recorded and group is not None else []
+            if group is not None:
+                self._keys = {}
         hashed = arguments_hash(arguments)
         sha = hashed[2]
-        key = f"{self.run_id}:{self.slot}" if group is None else f"{self.run_id}:{self.slot}:{sha[:12]}"
-        seen = self._keys.get(key, 0)
-        self._keys[key] = seen + 1
-        if seen:
-            key = f"{key}:{seen + 1}"
-        recorded = self._slots.get(self.slot, [])
-        if group is None and recorded:
-            entry = recorded[0]
-            if entry.name != name or entry.sha != sha:
-                raise Divergence(self._diverged(call_text(name, arguments), call_text(entry.name, entry.arguments)))
-            return self._from_journal(entry, key, hashed)
-        if group is not None:
+        if group is None:
+            key = f"{self.run_id}:{self.slot}"
+            recorded = self._slots.get(self.slot) if self.slot <= self._last else None
+            if recorded:
+                entry = recorded[0]
+                if entry.name != name or entry.sha != sha:
+                    raise Divergence(self._diverged(call_text(name, arguments),
+                                                    call_text(entry.name, entry.arguments)))
+                return self._from_journal(entry, key, hashed)
+        else:
+            key = f"{self.run_id}:{self.slot}:{sha[:12]}"
+            seen = self._keys.get(key, 0)  # the same call again in one parallel call
+            self._keys[key] = seen + 1
+            if seen:
+                key = f"{key}:{seen + 1}"
             for i, entry in enumerate(self._left):
                 if entry.name == name and entry.sha == sha:
                     del self._left[i]
                     return self._from_journal(entry, key, hashed)
-            if recorded and (self.slot < self._last or not self.live):
+            if self.slot in self._slots and (self.slot < self._last or not self.live):
                 held = ", ".join(call_text(e.name, e.arguments) for e in self._left[:3]) or "no more calls"
                 raise Divergence(self._diverged(call_text(name, arguments), f"{held} for this parallel call"))
         if not self.live:
             raise Divergence(self._diverged(call_text(name, arguments), "no call", " (past the end of the record)"
                                             if self.slot > self._last else ""))
-        entry = Entry(n=self._next_n, slot=self.slot, parallel=group is not None, name=name, sha=sha,
-                      arguments=arguments, hashed=hashed)
+        entry = Entry(self._next_n, self.slot, group is not None, name, sha, arguments, None, False, hashed)
         self._next_n += 1
-        return Placement(entry, key, live=True, hashed=hashed)
+        return Placement(entry, key, True, hashed)
 
     def _from_journal(self, entry: Entry, key: str, hashed: tuple[str, int, str]) -> Placement:
         if entry.result is not None:
