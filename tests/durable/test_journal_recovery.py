@@ -17,6 +17,8 @@ from pathlib import Path
 
 from journal_helpers import finish, host_config, lines, start_host, wait_for, write_host
 
+from nexus_tool_code_exec.host.journal import in_use
+
 SCRIPT = textwrap.dedent("""\
     import tools
 
@@ -49,16 +51,19 @@ def test_a_host_killed_mid_script_is_resumed_and_no_completed_call_runs_again(tm
     host, script = write_host(tmp_path), tmp_path / "script.py"
     script.write_text(SCRIPT)
     config = host_config(tmp_path, ledger)
+    folder = tmp_path / "sessions" / "plugins" / "nexus.tool.code_exec" / "call_killed"
     first = start_host(host, config, "run", "call_killed", script)
     try:
         wait_for(lambda: "held release" in lines(ledger), "the script to be held in its third call")
+        assert in_use(folder / "journal.jsonl")  # its host holds it: no other one takes the run over
     finally:
         _kill(first)
     assert lines(ledger) == ["one", "two", "held release"]
-    folder = tmp_path / "sessions" / "plugins" / "nexus.tool.code_exec" / "call_killed"
-    assert (folder / "journal.jsonl").is_file()  # what the next host resumes from
+    assert (folder / "journal.jsonl").is_file() and not in_use(folder / "journal.jsonl")
 
     second = start_host(host, config, "resume", "call_killed")
+    assert second.stdout is not None
+    assert json.loads(second.stdout.readline()) == {"interrupted": ["call_killed"]}
     out = finish(second)
     # each side effect once: the two completed calls were answered from the journal, the one in
     # flight was not run again, the call after it ran once

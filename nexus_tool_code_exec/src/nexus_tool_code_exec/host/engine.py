@@ -68,7 +68,7 @@ from .runner import (
     ScriptRun,
     Settings,
 )
-from .journal import JOURNAL_FILE, FolderJournal, Journal, MemoryJournal
+from .journal import JOURNAL_FILE, FolderJournal, Journal, JournalBusy, MemoryJournal, in_use
 from .session import SessionFiles, SessionStore, folder_for
 from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
 from .streaming import RECORD_BUDGET
@@ -576,7 +576,10 @@ class CodeExec:
             outcome = Outcome(error=f"cancelled: run_code was stopped by its caller before its script ran "
                                     f"({cancel.reason or 'its caller stopped it'})", cancelled=True)
         if journal is None:
-            journal = self._journal_for(run, resume)
+            try:
+                journal = self._journal_for(run, resume)
+            except (JournalBusy, OSError) as exc:  # a resume that cannot read its journal must not run
+                outcome = Outcome(error=f"runtime error: cannot resume run_code call {call_id!r}: {exc}")
         try:
             if outcome is None:
                 outcome = self._run(run, cancel, journal, resumed=resume and bool(journal and journal.entries()))
@@ -591,17 +594,17 @@ class CodeExec:
         if not self.journaling or not run.record:
             return None
         if run.folder is not None:
-            return FolderJournal(run.folder, resume)
+            return FolderJournal(run.folder, resume)  # opened at its first call, unless resumed
         return MemoryJournal()
 
     # -- resuming a run whose host stopped --------------------------------------------------
 
     def interrupted_runs(self) -> list[str]:
         """The run_code calls of this session folder whose host stopped before they ended (a
-        journal is left), oldest first: what `resume` can finish."""
+        journal is left, and no live process holds it), oldest first: what `resume` can finish."""
         parent = folder_for(self.nexus.config.session_dir, self.plugin_id, "_").parent
         try:
-            folders = [p for p in parent.iterdir() if (p / JOURNAL_FILE).is_file()]
+            folders = [p for p in parent.iterdir() if (p / JOURNAL_FILE).is_file() and not in_use(p / JOURNAL_FILE)]
         except OSError:
             return []
         return [p.name for p in sorted(folders, key=lambda p: (p / JOURNAL_FILE).stat().st_mtime)]
@@ -616,6 +619,8 @@ class CodeExec:
         if not (folder / JOURNAL_FILE).is_file():
             raise LookupError(f"run_code call {call_id!r} has no journal in {folder}: it ended (its record is "
                               "complete) or never made a call; nothing to resume")
+        if in_use(folder / JOURNAL_FILE):
+            raise LookupError(f"run_code call {call_id!r} is going on in another process (it holds {folder / JOURNAL_FILE})")
         try:
             script = (folder / "script.py").read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

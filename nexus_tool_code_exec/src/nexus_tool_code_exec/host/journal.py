@@ -29,8 +29,10 @@ run (and none asks) leaves that call "possibly done": it errs on the side of not
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import mmap
 import os
 import threading
@@ -44,6 +46,8 @@ from nexus_core import ToolCall, ToolResult
 
 from .session import FILE_MODE, make_private_dirs
 from .streaming import _canonical, _record_encode, _string
+
+log = logging.getLogger("nexus_tool_code_exec")
 
 #: journal.jsonl in a run's session folder, while the run has not ended (removed when it has)
 JOURNAL_FILE = "journal.jsonl"
@@ -172,16 +176,28 @@ class FolderJournal(MemoryJournal):
 
     def __init__(self, folder: Path, resume: bool) -> None:
         self.path = folder / JOURNAL_FILE
-        super().__init__(load(self.path) if resume else ())
         self._fresh = not resume  # a fresh run of a call id seen before: the old journal goes
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
         self._end = 0  # where the next line goes
+        self._broken = False  # it could not be made: the run is journaled in memory only
+        super().__init__()
+        if resume:  # locked first: no other process resumes it at the same time
+            self._open()
+            self._entries = load(self.path)
 
     def _open(self) -> None:
         make_private_dirs(self.path.parent)
-        fd = os.open(self.path, _OPEN_FLAGS | (os.O_TRUNC if self._fresh else 0), FILE_MODE)
+        fd = os.open(self.path, _OPEN_FLAGS, FILE_MODE)
         try:
+            # held while the run goes on, let go by the kernel when its host dies: what tells a
+            # run another host serves from one whose host is gone (`in_use`)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise JournalBusy(f"{self.path} is in use: its run is going on in another process") from None
+            if self._fresh:
+                os.ftruncate(fd, 0)
             if not self._fresh:  # after the lines an earlier host wrote (and not its zeros)
                 with open(fd, "rb", closefd=False) as f:
                     self._end = len(f.read().rstrip(b"\0"))
@@ -196,7 +212,15 @@ class FolderJournal(MemoryJournal):
         data = text.encode("utf-8", "replace")
         with self._lock:
             if self._map is None:
-                self._open()
+                if self._broken:
+                    return
+                try:
+                    self._open()
+                except (OSError, JournalBusy) as exc:
+                    # the run goes on, journaled in memory only (a suspension still resumes it)
+                    self._broken = True
+                    log.error("run_code: cannot keep the journal %s: %s", self.path, exc)
+                    return
             assert self._map is not None
             end = self._end + len(data)
             if end > len(self._map):
@@ -271,6 +295,25 @@ def load(path: Path) -> list[Entry]:
                 entry = entries[n]
                 entry.result = result_from(result, ToolCall(id="", name=entry.name, arguments={}))
     return sorted(entries.values(), key=lambda e: e.n)
+
+
+class JournalBusy(Exception):
+    """The journal is locked by another process: its run is going on there."""
+
+
+def in_use(path: Path) -> bool:
+    """Whether the journal at `path` is held by a live process (its run is going on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 class Divergence(Exception):
