@@ -58,8 +58,6 @@ from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
 from .fastpath import Seat
 from .runner import (
     CALLS_IN_FLIGHT_PER_WORKER,
-    DEFAULT_MAX_CHILD_BYTES,
-    DEFAULT_MAX_CHILD_MESSAGES,
     STOP_GRACE,
     MAX_CALLS_PAST_LIMIT,
     MAX_PENDING_CALL_BYTES,
@@ -69,6 +67,7 @@ from .runner import (
     Settings,
 )
 from .journal import JOURNAL_FILE, FolderJournal, Journal, JournalBusy, MemoryJournal, in_use
+from .settings import CodeExecSettings
 from .session import SessionFiles, SessionStore, folder_for
 from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
 from .streaming import RECORD_BUDGET
@@ -245,30 +244,28 @@ class CodeExec:
     """run_code for one Nexus: made by that Nexus's `CodeExecPlugin`, whose hooks keep it
     current with that Nexus's tools and skills."""
 
-    def __init__(self, nexus: Nexus, config: dict[str, Any], plugin_id: str) -> None:
+    def __init__(self, nexus: Nexus, config: CodeExecSettings, plugin_id: str) -> None:
         self.nexus = nexus
         self.config = config
         self.plugin_id = plugin_id
         self.settings = Settings(
-            timeout_seconds=float(config["timeout_seconds"]),
-            max_output_bytes=int(config["max_output_bytes"]),
-            max_workers=int(config["max_workers"]),
-            max_tool_calls=int(config["max_tool_calls"]),
-            max_result_bytes=int(config["max_result_bytes"]),
-            # by default one second past the wall clock, so a busy loop meets the timeout (and
-            # its clear "timed out after Ns") first
-            cpu_seconds=float(config["cpu_seconds"] or int(config["timeout_seconds"]) + 1),
-            max_child_messages=int(config.get("max_child_messages", DEFAULT_MAX_CHILD_MESSAGES)),
-            max_child_bytes=int(config.get("max_child_bytes", DEFAULT_MAX_CHILD_BYTES)),
-            suspend_after_seconds=(None if config.get("suspend_after_seconds") is None
-                                   else float(config["suspend_after_seconds"])),
+            timeout_seconds=float(config.timeout_seconds),
+            max_output_bytes=config.max_output_bytes,
+            max_workers=config.max_workers,
+            max_tool_calls=config.max_tool_calls,
+            max_result_bytes=config.max_result_bytes,
+            cpu_seconds=float(config.cpu_limit),
+            max_child_messages=config.max_child_messages,
+            max_child_bytes=config.max_child_bytes,
+            suspend_after_seconds=(None if config.suspend_after_seconds is None
+                                   else float(config.suspend_after_seconds)),
         )
-        self.journaling = bool(config.get("journal", True))
+        self.journaling = config.journal
         #: run_code call ids being resumed from their journal (`resume`), until their run starts
         self._resuming: set[str] = set()
-        self.max_listed_tools = int(config.get("max_listed_tools", 30))
-        self.max_listed_bytes = int(config.get("max_listed_bytes", 65536))
-        self.max_text_bytes = int(config.get("max_text_bytes", 65536))
+        self.max_listed_tools = config.max_listed_tools
+        self.max_listed_bytes = config.max_listed_bytes
+        self.max_text_bytes = config.max_text_bytes
         self.sessions = SessionStore()
         self._lock = threading.Lock()
         self._pieces = BindingsCache()
@@ -347,7 +344,7 @@ class CodeExec:
             example_tool=example_tool,
             example_field=example_field,
             max_workers=self.settings.max_workers,
-            allowed=", ".join(self.config["allowed_packages"]),
+            allowed=", ".join(self.config.allowed_packages),
             skills=skill_text,
             timeout=f"{self.settings.timeout_seconds:g}",
             text=min(self.max_text_bytes, self.settings.max_output_bytes + self.settings.max_result_bytes),
@@ -637,7 +634,7 @@ class CodeExec:
 
     def _request(self, script: str, call_id: str, record: bool) -> _Run:
         folder = None
-        if record and self.config["persist_scripts"]:
+        if record and self.config.persist_scripts:
             folder = folder_for(self.nexus.config.session_dir, self.plugin_id, call_id)
         return _Run(call_id, script, record, folder)
 
@@ -646,8 +643,8 @@ class CodeExec:
         run.skills = self.skill_helpers()
         try:
             run.tree, run.code = check_and_compile(
-                run.script, self.config["allowed_packages"], active_skills=run.skills,
-                reject_threads=self.config["reject_threads"], api=self.bindings())
+                run.script, self.config.allowed_packages, active_skills=run.skills,
+                reject_threads=self.config.reject_threads, api=self.bindings())
         except ScriptRejected as exc:
             return Outcome(error=str(exc))
         missing = self.missing_required()
@@ -798,11 +795,11 @@ class CodeExec:
             return self._launcher
 
     def _start_launcher(self) -> tuple[Launcher, str]:
-        mode = self.config["launcher"]
+        mode = self.config.launcher
         policy = self.policy()
         if mode == "spawn":
             return SpawnLauncher(policy), "fresh interpreter per script (launcher: spawn in config)"
-        zygote = ZygoteLauncher(self.config["allowed_packages"], policy)
+        zygote = ZygoteLauncher(self.config.allowed_packages, policy)
         try:
             zygote.start()
         except Exception as exc:
@@ -826,16 +823,16 @@ class CodeExec:
             return list(cached[1])
         statuses = self.layer_statuses()
         missing = [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
-                   for name in self.config["require"] if name not in statuses or not statuses[name].active]
+                   for name in self.config.require if name not in statuses or not statuses[name].active]
         self._missing = (switch, missing)
         return list(missing)
 
     def policy(self) -> protocol.ChildPolicy:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
-        cpu = int(self.settings.cpu_seconds or 1)
+        cpu = self.config.cpu_limit
         return {
             "layers": self.active_layers(),
-            "limits": {"memory_mb": int(self.config["memory_mb"]), "cpu_seconds": cpu},
+            "limits": {"memory_mb": self.config.memory_mb, "cpu_seconds": cpu},
             "read_paths": list(sandbox.runtime_read_paths()),
         }
 
@@ -893,7 +890,7 @@ class CodeExec:
             f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
             f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
         ]
-        if self.config["persist_scripts"]:
+        if self.config.persist_scripts:
             where = Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id
             lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
                          f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "

@@ -2,9 +2,13 @@
 the child, answer its tool calls through `Nexus.invoke` (gates and all), stream its output, keep
 its calls, enforce the limits, end the child, and say how the run ended (`Outcome`).
 
-Everything the child sends is untrusted: a call names a tool by name and the host decides. Only
-tools that were bound for this script can be reached (never run_code), each through the gates,
-at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
+Everything the child sends is untrusted: each message is counted against the run's budget, then
+read through `protocol.read_child` (every field checked once; anything that is not the protocol
+ends the run), and from there on the runner handles only typed messages. A call names a tool by
+name and the host decides. Only tools that were bound for this script can be reached (never
+run_code), each through the gates, at most `max_tool_calls` of them, in a pool of at most
+`max_workers` threads. One inner call, from its CALL to its RESULT, is answered in one method,
+`ScriptRun._answer_call`.
 
 The thread that called run_code reads the child until the script ends or makes its first tool
 call (a trivial script, or one that only prints, costs no thread hop). From the first call on, a
@@ -33,10 +37,11 @@ from .. import protocol
 from ..child.errors import where_text
 from .events import CodeExecChunk
 from ..launchers.base import Child, Launcher
-from ..protocol import LineReader, PipeReader
+from ..protocol import CallMessage, DoneMessage, ErrorMessage, LineReader, PipeReader, ProtocolError
 from . import fastpath
 from .fastpath import Seat
 from .journal import POSSIBLY_DONE, Cursor, Divergence, Journal, Placement
+from .settings import DEFAULT_MAX_CHILD_BYTES, DEFAULT_MAX_CHILD_MESSAGES
 from .streaming import Ledger, Streamer
 from .watchdog import Watchdog
 
@@ -72,11 +77,10 @@ OUTPUT_SLACK_BYTES = MAX_MESSAGE
 OUTPUT_SLACK_MESSAGES = 1024
 #: how often a reader held back by the in-flight bound looks whether its run is over
 _BACKPRESSURE_POLL = 0.1
-#: messages (of any kind) and bytes a script's process may send the host in one run, by default
-#: (`max_child_messages`, `max_child_bytes`): each is read and parsed by the host, in Python, under
-#: its GIL; past either the run is stopped. The final message is not counted against them.
-DEFAULT_MAX_CHILD_MESSAGES = 250_000
-DEFAULT_MAX_CHILD_BYTES = 256 * 1024 * 1024
+# Messages (of any kind) and bytes a script's process may send the host in one run (settings.py's
+# DEFAULT_MAX_CHILD_MESSAGES and DEFAULT_MAX_CHILD_BYTES, `max_child_messages`, `max_child_bytes`):
+# each is read and parsed by the host, in Python, under its GIL; past either the run is stopped.
+# The final message is not counted against them.
 
 # -- nothing outlives its run ------------------------------------------------------------------
 #: when a run ends (its result, an error, its timeout, its caller's cancel), the inner calls it
@@ -150,10 +154,6 @@ class Outcome:
         return [json.loads(line) for line in self.call_lines]
 
 
-class ProtocolError(Exception):
-    """The child sent something that is not the protocol."""
-
-
 class BudgetExceeded(ProtocolError):
     """The child made the host hold or do more than one run may: the run is stopped, and its
     error is this exception's message as it stands (it names the limit)."""
@@ -169,7 +169,7 @@ class _Ending:
     """How serving one child ended: its final message (DONE or ERROR), or the protocol violation
     that stopped it, or neither (it went away); and what the host then learnt of it."""
 
-    final: dict[str, Any] | None = None
+    final: DoneMessage | ErrorMessage | None = None
     violation: str | None = None
     error: str | None = None  # the host's own failure to serve it, or a budget it exceeded
     timed_out: bool = False
@@ -179,11 +179,10 @@ class _Ending:
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
 
 
-def _parallel_group(msg: dict[str, Any]) -> int | bool:
+def _parallel_group(msg: CallMessage) -> int | bool:
     """Which of the script's `parallel` calls made the call `msg` (its `g`, 1, 2, ...), else
     whether one did (`p`): for calls.jsonl. The child says so, and it is only shown, never acted on."""
-    group = msg.get("g")
-    return group if type(group) is int and group > 0 else msg.get("p") is True
+    return msg.get("g") or msg.get("p", False)
 
 
 class _InnerCall:
@@ -192,7 +191,7 @@ class _InnerCall:
 
     __slots__ = ("msg", "size", "future", "result", "done", "placement")
 
-    def __init__(self, msg: dict[str, Any], size: int) -> None:
+    def __init__(self, msg: CallMessage, size: int) -> None:
         self.msg = msg
         self.size = size  # its message's bytes, held against the run's budget until it ends
         self.future: Future[None] | None = None  # queued on the run's pool (a parallel call)
@@ -211,7 +210,7 @@ class _Pipe:
     child: Child
     reader: PipeReader
     lines: LineReader
-    first_call: tuple[dict[str, Any], int] | None = None
+    first_call: tuple[CallMessage, int] | None = None
     _holders: int = 1
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
@@ -394,7 +393,7 @@ class ScriptRun:
             with self._write_lock:
                 self._watchdog = None
             watchdog.cancel()
-            if ending.final is not None and ending.final.get("t") == protocol.DONE and not ending.violation:
+            if ending.final is not None and ending.final["t"] == protocol.DONE and not ending.violation:
                 child.end()  # it finished: it is exiting by itself; make sure of it without waiting
             else:
                 child.kill()
@@ -412,7 +411,8 @@ class ScriptRun:
         final = ending.final
         never_started = not ending.timed_out and not ending.violation and (
             (final is None and ending.messages == 0)
-            or (final is not None and final.get("kind") == protocol.SANDBOX and ending.messages == 1))
+            or (final is not None and final["t"] == protocol.ERROR and final["kind"] == protocol.SANDBOX
+                and ending.messages == 1))
         ending.lost = never_started and child.died_with_its_maker()
         return ending
 
@@ -425,7 +425,7 @@ class ScriptRun:
             return sent  # type: ignore[return-value]
         return start
 
-    def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[dict[str, Any] | None, str | None]:
+    def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[DoneMessage | ErrorMessage | None, str | None]:
         """The final message, or the protocol violation, or (None, None) if the child went away
         or the deadline passed while a reader thread was held up in a tool call."""
         began = time.monotonic()
@@ -438,7 +438,7 @@ class ScriptRun:
             return ended
         # the first tool call: a reader thread takes over the pipe, this thread waits for it
         finished = threading.Event()
-        box: list[tuple[dict[str, Any] | None, str | None]] = []
+        box: list[tuple[DoneMessage | ErrorMessage | None, str | None]] = []
 
         def read_on() -> None:
             if seat.place_reader():
@@ -518,10 +518,12 @@ class ScriptRun:
         if watchdog is not None:
             watchdog.resume()
 
-    def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[dict[str, Any] | None, str | None] | None:
+    def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[DoneMessage | ErrorMessage | None, str | None] | None:
         """Handle the child's messages until the end: the final message, or a protocol violation.
         With `hand_off`, stop instead at the first tool call and return None: the call is left
-        in `pipe` for the thread that goes on reading."""
+        in `pipe` for the thread that goes on reading. Each message is counted against the run's
+        budget, then read as what it is (`protocol.read_child`: every field checked once); from
+        there on only typed messages are handled."""
         lines, read = pipe.lines, pipe.reader.read
         if pipe.first_call is not None:
             call, size = pipe.first_call
@@ -546,30 +548,32 @@ class ScriptRun:
                 kind = msg.get("t")
                 if kind != protocol.DONE and kind != protocol.ERROR:
                     self._count_message(lines.size)
-                if kind == protocol.OUT:
-                    self._count_output(msg.get("d"))
-                    dropped = msg.get("dropped")
-                    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0:
+                typed = protocol.read_child(msg)
+                if typed is None:  # output of no stream of the script's: dropped, and counted
+                    self._count_output(None)
+                elif typed["t"] == protocol.OUT:
+                    text = typed["d"]
+                    self._count_output(text)
+                    dropped = typed.get("dropped")
+                    if dropped is not None:
                         self.streamer.mark(dropped)  # the tail follows
-                    self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
-                    if msg.get("truncated") is True:
+                    self.streamer.feed(typed["s"], text)
+                    if typed.get("truncated"):
                         self.streamer.truncated = True
-                    elif msg.get("held") is True:
+                    elif typed.get("held"):
                         self.streamer.held = True
-                elif kind == protocol.CALL:
+                elif typed["t"] == protocol.CALL:
                     if hand_off:
-                        pipe.first_call = (msg, lines.size)
+                        pipe.first_call = (typed, lines.size)
                         return None
-                    self._dispatch_call(msg, lines.size)
-                elif kind in (protocol.DONE, protocol.ERROR):
-                    return msg, None
-                elif kind == protocol.WHERE:
-                    line = msg.get("line")
-                    if isinstance(line, int) and not isinstance(line, bool):
+                    self._dispatch_call(typed, lines.size)
+                elif typed["t"] == protocol.WHERE:
+                    line = typed.get("line")
+                    if line is not None:
                         self.where_line = line
-                else:
-                    return None, f"an unknown message type {kind!r}"
-            except (ProtocolError, protocol.FramingError) as exc:
+                else:  # DONE or ERROR: the end
+                    return typed, None
+            except ProtocolError as exc:  # FramingError too
                 return None, str(exc)
 
     # -- the host's budget ------------------------------------------------------------------------
@@ -589,16 +593,16 @@ class ScriptRun:
                 f"(max_child_bytes) in {self._received} messages, the most the host reads for one run; it was stopped")
             raise BudgetExceeded(self._exceeded)
 
-    def _count_output(self, data: Any) -> None:
+    def _count_output(self, data: str | None) -> None:
         """An OUT message: the child honours max_output_bytes itself, so one that goes far past
         it (or sends pieces without output) is not the runtime speaking."""
         self._out_messages += 1
-        if isinstance(data, str):
+        if data is not None:
             self._out_bytes += len(data)
         if self._out_bytes > self.max_output or self._out_messages > self.max_out_messages:
             raise ProtocolError(f"more output than max_output_bytes ({self.settings.max_output_bytes}) allows")
 
-    def _admit(self, msg: dict[str, Any], size: int, parallel: bool) -> _InnerCall:
+    def _admit(self, msg: CallMessage, size: int, parallel: bool) -> _InnerCall:
         """Take the call `msg` of `size` bytes into the run's budget, or stop the run. A parallel call
         beyond the calls in flight the host holds waits here, on the thread that reads the
         child, so the child's further messages wait in its pipe. From here to its end the call
@@ -621,7 +625,7 @@ class ScriptRun:
             self._held[id(msg)] = inner
         return inner
 
-    def _settle(self, msg: dict[str, Any]) -> None:
+    def _settle(self, msg: CallMessage) -> None:
         """The call `msg` has ended (its answer about to go out, or it was refused): its place in
         the budget is free. Once per call, whichever way it ends (later calls do nothing)."""
         with self._budget:
@@ -635,9 +639,9 @@ class ScriptRun:
 
     # -- answering tool calls -------------------------------------------------------------------
 
-    def _dispatch_call(self, msg: dict[str, Any], size: int = 0) -> None:
-        if not isinstance(msg.get("id"), int) or not isinstance(msg.get("name"), str) or not isinstance(msg.get("args"), dict):
-            raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
+    def _dispatch_call(self, msg: CallMessage, size: int = 0) -> None:
+        """Take the call `msg` (checked by `protocol.read_child`): refuse it past max_tool_calls,
+        else answer it here (a sequential call) or on the run's pool (a parallel one)."""
         self._calls += 1
         if self._calls > self.settings.max_tool_calls:
             self._past_limit += 1
@@ -654,8 +658,9 @@ class ScriptRun:
             finally:
                 self._settle(msg)
             return
+        parallel = msg.get("p", False)
         placement = self._place(msg) if self._cursor is not None else None
-        inner = self._admit(msg, size, bool(msg.get("p")))
+        inner = self._admit(msg, size, parallel)
         if placement is not None:
             inner.placement = placement
             if not placement.live:  # answered from the journal: no tool runs, no gate asks
@@ -664,7 +669,7 @@ class ScriptRun:
             self._live[placement.key] = placement
             assert self.journal is not None
             self.journal.placed(placement.entry)
-        if msg.get("p"):
+        if parallel:
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
@@ -675,7 +680,7 @@ class ScriptRun:
             # cannot hold run_code past it.
             self._answer(msg, size, inner)
 
-    def _answer(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
+    def _answer(self, msg: CallMessage, size: int, inner: _InnerCall) -> None:
         try:
             self._answer_call(msg, size, inner)
         except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
@@ -685,31 +690,29 @@ class ScriptRun:
             if not inner.done:  # answering it failed on the way (the answer settles it otherwise)
                 self._settle(msg)
 
-    def _call_of(self, msg: dict[str, Any], placement: Placement | None = None) -> ToolCall:
-        args = msg.get("args")
+    def _call_of(self, msg: CallMessage, placement: Placement | None = None) -> ToolCall:
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
-        metadata = {"script_line": line} if type(line) is int and 0 < line <= self._script_lines else {}
+        metadata = {"script_line": line} if line is not None and line <= self._script_lines else {}
         if placement is not None:
             # the same id in every attempt of the run: the call's idempotency key (ctx.call_id)
-            return ToolCall(id=placement.key, name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
-                            parent_call_id=self.call_id, metadata=metadata)
-        return ToolCall(name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
-                        parent_call_id=self.call_id, metadata=metadata)
+            return ToolCall(id=placement.key, name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id,
+                            metadata=metadata)
+        return ToolCall(name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id, metadata=metadata)
 
     # -- the journal ------------------------------------------------------------------------------
 
-    def _place(self, msg: dict[str, Any]) -> Placement:
+    def _place(self, msg: CallMessage) -> Placement:
         """Where the call `msg` falls in the journal (see journal.Cursor), or the run stops."""
         assert self._cursor is not None
-        group = (msg.get("g") if type(msg.get("g")) is int else True) if msg.get("p") is True else None
+        group: int | bool | None = (msg.get("g") or True) if msg.get("p") else None
         try:
-            return self._cursor.place(str(msg.get("name")), msg.get("args"), group)
+            return self._cursor.place(msg["name"], msg["args"], group)
         except Divergence as exc:
             self._exceeded = str(exc)
             raise JournalDiverged(self._exceeded) from None
 
-    def _answer_from_journal(self, msg: dict[str, Any], size: int, placement: Placement) -> None:
+    def _answer_from_journal(self, msg: CallMessage, size: int, placement: Placement) -> None:
         """Answer a call the journal holds: its recorded result; or, for one that was running when
         the host stopped, an error saying it may have happened (it is not run again)."""
         call = self._call_of(msg, placement)
@@ -729,7 +732,11 @@ class ScriptRun:
         if placement is not None and self.journal is not None:
             self.journal.asking(placement.entry, waiting)
 
-    def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
+    def _answer_call(self, msg: CallMessage, size: int, inner: _InnerCall) -> None:
+        """One inner call, from its CALL to its RESULT: the tool call it asks for, through the gates
+        (`Nexus.invoke`, with the run's cancel token) or refused (a name not bound for this
+        script), answered to the child and recorded (in the journal too: `inner.placement`). The
+        one place an admitted call that runs is answered (`_answer_from_journal`: one that does not)."""
         started_at, started = time.time(), time.perf_counter()
         call = self._call_of(msg, inner.placement)
         if call.name not in self.bound_tools:
@@ -799,13 +806,13 @@ class ScriptRun:
                 what = "stopped"
             else:
                 what = "finished: its effect happened"
-            self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
+            self.stopped_calls.append(f"{inner.msg['name']} ({what})")
 
-    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
+    def _reply(self, msg: CallMessage, call: ToolCall, result: ToolResult, size: int,
                started_at: float, duration: float, placement: Placement | None = None) -> None:
         """Send the script the answer to its call `msg`, and record the call in the ledger (and,
         for a journaled run, in the journal: `placement` says where)."""
-        rid = msg.get("id")
+        rid = msg["id"]
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: protocol.CallResult = {"output": result.output}
         if result.error is not None:
@@ -837,9 +844,9 @@ class ScriptRun:
             assert placement is not None
             self.journal.finished(placement.entry, result, line)
 
-    def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
+    def _refuse(self, msg: CallMessage, reason: str, size: int) -> None:
         self._settle(msg)
-        self._send({"t": protocol.RESULT, "id": msg.get("id"),
+        self._send({"t": protocol.RESULT, "id": msg["id"],
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
     def _send(self, msg: protocol.StartMessage | protocol.ResultMessage) -> None:
@@ -861,7 +868,8 @@ class ScriptRun:
     def _outcome(self, ending: _Ending, duration: float) -> Outcome:
         final = ending.final
         outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
-                          stdout_truncated=self.streamer.truncated or bool(final and final.get("truncated")),
+                          stdout_truncated=self.streamer.truncated or bool(
+                              final is not None and final["t"] == protocol.DONE and final.get("truncated")),
                           call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls),
                           resumed=self.resumed, suspensions=self.suspensions,
                           journal_calls=self._cursor.from_journal if self._cursor is not None else 0)
@@ -879,9 +887,8 @@ class ScriptRun:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None:
             outcome.error = self._death_message(ending.status, ending.cpu_seconds, self.settings.cpu_seconds)
-        elif final.get("t") == protocol.DONE:
-            sent = final.get("result")
-            text = sent if isinstance(sent, str) else "null"
+        elif final["t"] == protocol.DONE:
+            text = final["result"]
             if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
                 outcome.error = (f"result is not JSON-serializable: the result is too large: {len(text)} bytes "
                                  f"(the limit is {self.settings.max_result_bytes})")
@@ -894,7 +901,7 @@ class ScriptRun:
         else:
             outcome.error = self._error_message(final)
             line = final.get("line")
-            if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
+            if final["kind"] == protocol.MEMORY and line is not None:
                 outcome.where = where_text(line, self._script)
         if self._ended_short is not None:
             if self.journal is not None and self.journal.closed:
@@ -908,8 +915,8 @@ class ScriptRun:
         return outcome
 
     @staticmethod
-    def _error_message(final: dict[str, Any]) -> str:
-        kind, message = final.get("kind"), str(final.get("message", ""))
+    def _error_message(final: ErrorMessage) -> str:
+        kind, message = final["kind"], final["message"]
         if kind == protocol.MEMORY:
             return "memory limit exceeded"
         if kind == protocol.UNSERIALIZABLE:
