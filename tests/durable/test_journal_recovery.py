@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def test_a_host_killed_mid_script_is_resumed_and_no_completed_call_runs_again(tm
         _kill(first)
     assert lines(ledger) == ["one", "two", "held release"]
     assert (folder / "journal.jsonl").is_file() and not in_use(folder / "journal.jsonl")
+    listed = subprocess.run([sys.executable, "-m", "nexus_core.cli", "runs", "--session-dir",
+                             str(tmp_path / "sessions"), "--json"], capture_output=True, text=True, timeout=120)
+    assert [(r["id"], r["status"]) for r in json.loads(listed.stdout)] == [("call_killed", "interrupted")]
 
     second = start_host(host, config, "resume", "call_killed")
     assert second.stdout is not None
@@ -126,3 +130,36 @@ def test_a_resumed_script_that_makes_other_calls_stops_naming_both(tmp_path: Pat
     assert error.startswith("journal diverged: the script's call 2 is append({\"text\":\"2\"})"), error
     assert 'but the journal holds append({"text":"two"}) there' in error, error
     assert lines(ledger) == ["one", "two", "held release"]  # nothing ran: not the changed call, not the rest
+
+
+def test_a_host_killed_inside_a_parallel_call_resumes_each_of_its_calls_once(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    host, script = write_host(tmp_path), tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""\
+        import tools, parallel
+
+        def one(x):
+            if x == "c":
+                try:
+                    return tools.hold(name="release").output
+                except tools.ToolFailed as e:
+                    return e.reason[:13]
+            return tools.append(text=x).output
+
+        def run(ctx):
+            got = parallel.map(["a", "b", "c", "d", "e"], one)
+            tools.append(text="after")
+            return got
+        """))
+    config = host_config(tmp_path, ledger, max_workers=4)
+    first = start_host(host, config, "run", "call_parallel", script)
+    try:
+        # the calls of one parallel call race: wait until all but the held one have been made
+        wait_for(lambda: sorted(lines(ledger)) == ["a", "b", "d", "e", "held release"], "the parallel calls")
+    finally:
+        _kill(first)
+    out = finish(start_host(host, config, "resume", "call_parallel"))
+    assert out["error"] is None, out
+    assert out["structured"]["result"] == ["appended a", "appended b", "possibly done", "appended d", "appended e"]
+    assert sorted(lines(ledger)) == ["a", "after", "b", "d", "e", "held release"]  # each once
+    assert out["metadata"]["journal_calls"] == 4
