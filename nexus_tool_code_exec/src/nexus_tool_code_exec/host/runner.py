@@ -722,6 +722,9 @@ class ScriptRun:
         else:
             text = POSSIBLY_DONE.format(name=call.name, key=placement.key)
             result = self.nexus.refuse(call, text, "failure")  # result gates and observers see it
+            # as nexus.durable marks a direct call it will not repeat
+            result = attrs.evolve(result, metadata={**result.metadata, "possibly_done": True,
+                                                    "idempotency_key": placement.key})
         self._reply(msg, call, result, size, time.time(), 0.0, placement)
 
     def asking(self, call: ToolCall, waiting: bool) -> None:
