@@ -33,7 +33,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import mmap
 import os
 import threading
 from collections.abc import Iterable
@@ -57,9 +56,7 @@ POSSIBLY_DONE = ("possibly done: {name} was running when the run's host stopped,
 #: how much of a call's arguments a divergence message shows
 SHOWN_CHARS = 160
 
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-#: the journal file grows by this much at a time (it is mapped; see FolderJournal)
-MAP_CHUNK = 256 * 1024
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def arguments_hash(arguments: Any) -> tuple[str, int, str]:
@@ -161,25 +158,22 @@ class MemoryJournal:
 
 class FolderJournal(MemoryJournal):
     """journal.jsonl in the run's session folder (and in memory, for a resumption in this
-    process). Lines: `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when a live call's
-    handler is about to run, `{"k": "done", "n", "call": <its line of calls.jsonl>}` (or
-    `"result"`, where that line was cut) when it finished. A call its gates refused, or one that
-    waited for a person when the host died, has no line: it is made again.
+    process). Lines: `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when the host
+    takes a live call, `{"k": "ask", "n"}` and `{"k": "answered", "n"}` around a person's
+    decision about it, `{"k": "done", "n", "call": <its line of calls.jsonl>}` (or `"result"`,
+    where that line was cut) when it has its result (a refusal by its gates too).
 
-    The file is mapped (MAP_SHARED) and each line copied into the mapping: a line is in the
-    kernel's page cache the moment it is copied, so a `kill -9` of the host at any point keeps
-    every line before it, and writing one costs no system call (two write(2) calls a call cost
-    the host more than issue 24's budget for the journal, on a busy machine). The file grows by
-    MAP_CHUNK; a host that dies leaves it with zeros past its last line, which `load` drops, and
-    a line torn at the end, which it skips. Not fsync'ed: it survives the host's death, not the
-    machine's (the durable backend, on a database, is for that)."""
+    Each line is one write(2) on the O_APPEND file (no fsync): in the kernel's page cache when
+    the call returns, so a `kill -9` of the host at any point keeps every line before it and at
+    most tears the last one, which `load` skips. It survives the host's death, not the machine's
+    (the durable backend, on a database, is for that). (A file mapped MAP_SHARED, each line a
+    copy into it, was tried: no system call a line, but mapping and unmapping it cost a run more
+    than many lines' writes on the loaded 2-core machine: bench/bench_journal.py.)"""
 
     def __init__(self, folder: Path, resume: bool) -> None:
         self.path = folder / JOURNAL_FILE
         self._fresh = not resume  # a fresh run of a call id seen before: the old journal goes
         self._fd: int | None = None
-        self._map: mmap.mmap | None = None
-        self._end = 0  # where the next line goes
         self._broken = False  # it could not be made: the run is journaled in memory only
         super().__init__()
         if resume:  # locked first: no other process resumes it at the same time
@@ -198,11 +192,6 @@ class FolderJournal(MemoryJournal):
                 raise JournalBusy(f"{self.path} is in use: its run is going on in another process") from None
             if self._fresh:
                 os.ftruncate(fd, 0)
-            if not self._fresh:  # after the lines an earlier host wrote (and not its zeros)
-                with open(fd, "rb", closefd=False) as f:
-                    self._end = len(f.read().rstrip(b"\0"))
-            os.ftruncate(fd, self._end + MAP_CHUNK)
-            self._map = mmap.mmap(fd, self._end + MAP_CHUNK)
         except BaseException:
             os.close(fd)
             raise
@@ -211,7 +200,7 @@ class FolderJournal(MemoryJournal):
     def _write(self, text: str) -> None:
         data = text.encode("utf-8", "replace")
         with self._lock:
-            if self._map is None:
+            if self._fd is None:
                 if self._broken:
                     return
                 try:
@@ -221,12 +210,11 @@ class FolderJournal(MemoryJournal):
                     self._broken = True
                     log.error("run_code: cannot keep the journal %s: %s", self.path, exc)
                     return
-            assert self._map is not None
-            end = self._end + len(data)
-            if end > len(self._map):
-                self._map.resize(end + max(MAP_CHUNK, len(self._map)))  # the file grows with it
-            self._map[self._end:end] = data
-            self._end = end
+            assert self._fd is not None
+            try:
+                os.write(self._fd, data)
+            except OSError as exc:
+                log.error("run_code: cannot write the journal %s: %s", self.path, exc)
 
     def placed(self, entry: Entry) -> None:
         super().placed(entry)
@@ -251,26 +239,20 @@ class FolderJournal(MemoryJournal):
         to be resumed (`keep`)."""
         with self._lock:
             fd, self._fd = self._fd, None
-            mapped, self._map = self._map, None
-            if mapped is not None:
-                mapped.close()
-            if fd is not None:
+            if not keep and (fd is not None or not self._fresh):
                 try:
-                    os.ftruncate(fd, self._end)  # the lines, not the room left for more
-                finally:
-                    os.close(fd)
-        if not keep:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+            if fd is not None:
+                os.close(fd)
 
 
 def load(path: Path) -> list[Entry]:
     """The entries of a journal.jsonl (none if there is no file); a torn or foreign line is
     skipped: a line is only ever torn at the end, by a kill in the middle of its write."""
     try:
-        text = path.read_bytes().rstrip(b"\0").decode("utf-8", "replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
     entries: dict[int, Entry] = {}
