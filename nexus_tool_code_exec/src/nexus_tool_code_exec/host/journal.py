@@ -201,6 +201,8 @@ class FolderJournal(MemoryJournal):
         data = text.encode("utf-8", "replace")
         with self._lock:
             if self._fd is None:
+                # closed (a call that outlived its run ends after it: its line is not kept), or
+                # it could not be made
                 if self._broken:
                     return
                 try:
@@ -239,6 +241,7 @@ class FolderJournal(MemoryJournal):
         to be resumed (`keep`)."""
         with self._lock:
             fd, self._fd = self._fd, None
+            self._broken = True  # nothing is written after this
             if not keep and (fd is not None or not self._fresh):
                 try:
                     os.unlink(self.path)

@@ -826,7 +826,9 @@ class ScriptRun:
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
         # the journal's own copy first: a suspended run resumes once its held calls are settled,
-        # and then answers this one from the journal (its line is written below)
+        # and then answers this one from the journal (its line is written below); the ledger is
+        # this attempt's (a resumed attempt starts one of its own, and records this call again)
+        ledger = self.ledger
         fresh = placement is not None and (placement.live or placement.entry.result is None)
         if fresh:
             assert placement is not None
@@ -840,7 +842,7 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        line = self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg),
+        line = ledger.record(call, result, size, started_at, duration, _parallel_group(msg),
                                   from_journal=placement is not None and not placement.live,
                                   hashed=placement.hashed if placement is not None else None)
         if fresh and self.journal is not None:
