@@ -56,6 +56,8 @@ POSSIBLY_DONE = ("possibly done: {name} was running when the run's host stopped,
 #: how much of a call's arguments a divergence message shows
 SHOWN_CHARS = 160
 
+#: what a journal in memory keeps of a run's results (a run without a session folder)
+MEMORY_BUDGET = 16 * 1024 * 1024
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -69,9 +71,11 @@ def arguments_hash(arguments: Any) -> tuple[str, int, str]:
 
 def call_text(name: str, arguments: Any) -> str:
     """A call as a person reads it in an error: `write({"path": "a.txt", ...})`, cut short."""
-    shown = _canonical(arguments) if isinstance(arguments, dict) else "{}"
-    if len(shown) > SHOWN_CHARS:
-        shown = shown[:SHOWN_CHARS] + "...}"
+    return shown_text(name, _canonical(arguments) if isinstance(arguments, dict) else "{}")
+
+
+def shown_text(name: str, arguments_json: str) -> str:
+    shown = arguments_json if len(arguments_json) <= SHOWN_CHARS else arguments_json[:SHOWN_CHARS] + "...}"
     return f"{name}({shown})"
 
 
@@ -85,12 +89,12 @@ class Entry:
     parallel: bool
     name: str
     sha: str
-    arguments: Any
+    #: the call as an error shows it (`write({"path":"a.txt"...})`): its arguments are not kept,
+    #: so a run's journal in memory stays small whatever its calls carry
+    shown: str
     result: ToolResult | None = None
     #: a person was deciding about it (its gates asked) and had not answered
     asking: bool = False
-    #: this attempt's: the arguments as `arguments_hash` gave them (for the lines written)
-    hashed: tuple[str, int, str] | None = attrs.field(default=None, repr=False)
 
 
 def result_json(result: ToolResult) -> dict[str, Any]:
@@ -117,16 +121,19 @@ class Journal(Protocol):
     answers calls and takes none: a call it does not hold is a divergence (replay)."""
 
     closed: bool
+    resumable: bool
 
     def entries(self) -> list[Entry]: ...
 
-    def placed(self, entry: Entry) -> None: ...
+    def placed(self, entry: Entry, arguments_json: str) -> None: ...
 
     def asking(self, entry: Entry, waiting: bool) -> None: ...
 
     def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None: ...
 
     def close(self, keep: bool) -> None: ...
+
+    def settle(self, timeout: float) -> None: ...
 
 
 class MemoryJournal:
@@ -136,14 +143,19 @@ class MemoryJournal:
         self._entries = list(entries)
         self._lock = threading.Lock()
         self.closed = closed
+        #: whether a run can be resumed from it: one that kept more than MEMORY_BUDGET of results
+        #: is not (it stops keeping them: a run is then not suspended)
+        self.resumable = True
+        self._kept = 0
 
     def entries(self) -> list[Entry]:
         with self._lock:
             return list(self._entries)
 
-    def placed(self, entry: Entry) -> None:
+    def placed(self, entry: Entry, arguments_json: str) -> None:
         with self._lock:
-            self._entries.append(entry)
+            if self.resumable:
+                self._entries.append(entry)
 
     def asking(self, entry: Entry, waiting: bool) -> None:
         entry.asking = waiting
@@ -151,6 +163,14 @@ class MemoryJournal:
     def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None:
         """`entry`'s call ended with `result`; `line` is its line of calls.jsonl, when whole."""
         entry.result = result
+        with self._lock:
+            self._kept += len(result.output) + len(entry.shown)
+            if self._kept > MEMORY_BUDGET and self.resumable:
+                self.resumable = False
+                self._entries.clear()
+
+    def settle(self, timeout: float) -> None:
+        """Wait (up to `timeout`) until every call placed has its end written."""
 
     def close(self, keep: bool) -> None:
         pass
@@ -174,11 +194,23 @@ class FolderJournal(MemoryJournal):
         self.path = folder / JOURNAL_FILE
         self._fresh = not resume  # a fresh run of a call id seen before: the old journal goes
         self._fd: int | None = None
-        self._broken = False  # it could not be made: the run is journaled in memory only
+        self._broken = False  # it could not be made, or it is closed: nothing more is written
+        self._unfinished = 0  # calls placed whose end is not written yet
         super().__init__()
+        self._written = threading.Condition(self._lock)
         if resume:  # locked first: no other process resumes it at the same time
             self._open()
-            self._entries = load(self.path)
+
+    def entries(self) -> list[Entry]:
+        """What the file holds (read again for each attempt: nothing is kept in memory)."""
+        with self._lock:
+            if self._fd is None:
+                return []
+        return load(self.path)
+
+    def settle(self, timeout: float) -> None:
+        with self._written:
+            self._written.wait_for(lambda: self._unfinished <= 0, timeout)
 
     def _open(self) -> None:
         make_private_dirs(self.path.parent)
@@ -197,9 +229,12 @@ class FolderJournal(MemoryJournal):
             raise
         self._fd = fd
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, unfinished: int = 0) -> None:
         data = text.encode("utf-8", "replace")
         with self._lock:
+            self._unfinished += unfinished
+            if unfinished < 0:
+                self._written.notify_all()
             if self._fd is None:
                 # closed (a call that outlived its run ends after it: its line is not kept), or
                 # it could not be made
@@ -208,33 +243,33 @@ class FolderJournal(MemoryJournal):
                 try:
                     self._open()
                 except (OSError, JournalBusy) as exc:
-                    # the run goes on, journaled in memory only (a suspension still resumes it)
+                    # the run goes on unjournaled: it is not suspended (nothing could resume it)
                     self._broken = True
+                    self.resumable = False
                     log.error("run_code: cannot keep the journal %s: %s", self.path, exc)
                     return
             assert self._fd is not None
             try:
                 os.write(self._fd, data)
             except OSError as exc:
+                self.resumable = False
                 log.error("run_code: cannot write the journal %s: %s", self.path, exc)
 
-    def placed(self, entry: Entry) -> None:
-        super().placed(entry)
+    def placed(self, entry: Entry, arguments_json: str) -> None:
         # made as text: the arguments' JSON is the one calls.jsonl hashes (made once a call)
-        arguments = entry.hashed[0] if entry.hashed is not None else _canonical(entry.arguments)
         self._write(f'{{"k":"start","n":{entry.n},"slot":{entry.slot},"par":{"true" if entry.parallel else "false"},'
-                    f'"name":{_string(entry.name)},"sha":"{entry.sha}","args":{arguments}}}\n')
+                    f'"name":{_string(entry.name)},"sha":"{entry.sha}","args":{arguments_json}}}\n', +1)
 
     def asking(self, entry: Entry, waiting: bool) -> None:
-        super().asking(entry, waiting)
+        entry.asking = waiting
         self._write(f'{{"k":"{"ask" if waiting else "answered"}","n":{entry.n}}}\n')
 
     def finished(self, entry: Entry, result: ToolResult, line: str | None = None) -> None:
-        super().finished(entry, result)
+        entry.result = result
         if line is not None:  # its line of calls.jsonl holds the whole result
-            self._write(f'{{"k":"done","n":{entry.n},"call":{line.rstrip()}}}\n')
+            self._write(f'{{"k":"done","n":{entry.n},"call":{line.rstrip()}}}\n', -1)
         else:
-            self._write(f'{{"k":"done","n":{entry.n},"result":{_record_encode(result_json(result))}}}\n')
+            self._write(f'{{"k":"done","n":{entry.n},"result":{_record_encode(result_json(result))}}}\n', -1)
 
     def close(self, keep: bool) -> None:
         """The run ended (`keep` False: its record is complete, the journal goes) or was left
@@ -269,7 +304,7 @@ def load(path: Path) -> list[Entry]:
         n, kind = record["n"], record.get("k")
         if kind == "start" and type(record.get("slot")) is int and isinstance(record.get("name"), str):
             entries[n] = Entry(n=n, slot=record["slot"], parallel=record.get("par") is True, name=record["name"],
-                               sha=str(record.get("sha")), arguments=record.get("args"))
+                               sha=str(record.get("sha")), shown=call_text(record["name"], record.get("args")))
         elif kind in ("ask", "answered") and n in entries:
             entries[n].asking = kind == "ask"
         elif kind == "done" and n in entries:
@@ -358,7 +393,7 @@ class Cursor:
                     made, held = ("inside", "outside") if group is not None else ("outside", "inside")
                     raise Divergence(self._diverged(
                         f"{call_text(name, arguments)} (made {made} parallel)",
-                        f"{call_text(recorded[0].name, recorded[0].arguments)} (made {held} parallel)"))
+                        f"{recorded[0].shown} (made {held} parallel)"))
                 self._left = list(recorded) if recorded and group is not None else []
             if group is not None:
                 self._keys = {}
@@ -371,7 +406,7 @@ class Cursor:
                 entry = recorded[0]
                 if entry.name != name or entry.sha != sha:
                     raise Divergence(self._diverged(call_text(name, arguments),
-                                                    call_text(entry.name, entry.arguments)))
+                                                    entry.shown))
                 return self._from_journal(entry, key, hashed)
         else:
             key = f"{self.run_id}:{self.slot}:{sha[:12]}"
@@ -384,12 +419,12 @@ class Cursor:
                     del self._left[i]
                     return self._from_journal(entry, key, hashed)
             if self.slot in self._slots and (self.slot < self._last or not self.live):
-                held = ", ".join(call_text(e.name, e.arguments) for e in self._left[:3]) or "no more calls"
+                held = ", ".join(e.shown for e in self._left[:3]) or "no more calls"
                 raise Divergence(self._diverged(call_text(name, arguments), f"{held} for this parallel call"))
         if not self.live:
             raise Divergence(self._diverged(call_text(name, arguments), "no call", " (past the end of the record)"
                                             if self.slot > self._last else ""))
-        entry = Entry(self._next_n, self.slot, group is not None, name, sha, arguments, None, False, hashed)
+        entry = Entry(self._next_n, self.slot, group is not None, name, sha, shown_text(name, hashed[0]))
         self._next_n += 1
         return Placement(entry, key, True, hashed)
 
@@ -409,7 +444,7 @@ class Cursor:
             return
         raise Divergence(
             f"journal diverged: the script's parallel call (call {self.slot + 1} of the run) made fewer calls "
-            f"than the {self.what} holds for it: {', '.join(call_text(e.name, e.arguments) for e in left[:3])} "
+            f"than the {self.what} holds for it: {', '.join(e.shown for e in left[:3])} "
             f"{'was' if len(left) == 1 else 'were'} not made; {self.why}")
 
     def finish(self) -> None:
@@ -419,7 +454,7 @@ class Cursor:
         if rest:
             raise Divergence(
                 f"journal diverged: the script ended after {self.slot + 1} calls, but the {self.what} holds "
-                f"{len(rest)} more (the next: {call_text(rest[0].name, rest[0].arguments)}); {self.why}")
+                f"{len(rest)} more (the next: {rest[0].shown}); {self.why}")
 
     def _diverged(self, made: str, held: str, how: str = "") -> str:
         return (f"journal diverged: the script's call {self.slot + 1} is {made}{how}, but the {self.what} holds "

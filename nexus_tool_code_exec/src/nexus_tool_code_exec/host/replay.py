@@ -23,7 +23,7 @@ import attrs
 
 from nexus_core import ToolCall
 
-from .journal import Entry, MemoryJournal, result_from
+from .journal import Entry, MemoryJournal, call_text, result_from
 from .session import folder_for
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def record_entries(calls_jsonl: str) -> tuple[list[Entry], list[str]]:
             slot += 1
         group = made_by
         entry = Entry(n=n, slot=slot, parallel=made_by is not None, name=record["name"],
-                      sha=str(record.get("arguments_sha256")), arguments=record.get("arguments"))
+                      sha=str(record.get("arguments_sha256")), shown=call_text(record["name"], record.get("arguments")))
         entry.result = result_from(record["result"], ToolCall(id=str(record.get("id", "")), name=record["name"],
                                                                 arguments={}))
         if record.get("cut") is True:

@@ -53,6 +53,9 @@ MAX_MESSAGE = 32 * 1024 * 1024
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
+#: how long a suspended run waits for the journal lines of its last calls (written by their threads
+#: just after their answers) before it resumes
+JOURNAL_SETTLE = 10.0
 #: while a run's clock is stopped (a person decides about an inner call), how often the waiting
 #: thread looks again
 PAUSED_POLL = 0.5
@@ -345,6 +348,8 @@ class ScriptRun:
                 if self._stopped is not None:
                     return False
                 self._budget.wait(PAUSED_POLL)
+        if self.journal is not None:  # and their ends written (each goes out just after its answer)
+            self.journal.settle(JOURNAL_SETTLE)
         return self._stopped is None
 
     def suspend(self) -> None:
@@ -354,7 +359,8 @@ class ScriptRun:
         with self._write_lock:
             self._suspend_timer = None
             child = self._child
-            if not self._pauses or child is None or self._stopped is not None or self.journal is None:
+            if (not self._pauses or child is None or self._stopped is not None or self.journal is None
+                    or not self.journal.resumable):
                 return
             self._suspending = True
         log.info("run_code: %s suspended while a person decides about one of its calls", self.call_id)
@@ -667,8 +673,8 @@ class ScriptRun:
                 self._answer_from_journal(msg, size, placement)
                 return
             self._live[placement.key] = placement
-            assert self.journal is not None
-            self.journal.placed(placement.entry)
+            assert self.journal is not None and placement.hashed is not None
+            self.journal.placed(placement.entry, placement.hashed[0])
         if parallel:
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
