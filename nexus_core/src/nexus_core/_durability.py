@@ -8,7 +8,7 @@ asking thread and the handler runs in place, exactly as they always have. With o
 - `await_answer` is called for every approval (a question of kind "approval") in place of the
   approver: the backend stores it as pending, answerable from this process (through `ask_here`,
   the approver the call would have used, or None when it has none) or from another one, and
-  returns the first answer. Questions of the `question` tool are not approvals and still go to
+  returns the first answer; the asking call's cancel token ends the wait. Questions of the `question` tool are not approvals and still go to
   the approver directly.
 - `run_handler` runs each call's handler: `run(key)` runs it with `ctx.idempotency_key` set to
   `key` and returns its result (it never raises). The backend decides the key and may record the
@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from ._cancel import CancelToken
 from ._models import Answer, Question, ToolCall, ToolDef, ToolResult
 
 
@@ -32,9 +33,12 @@ from ._models import Answer, Question, ToolCall, ToolDef, ToolResult
 class Durability(Protocol):
     """What a durable backend implements (see the module's docstring)."""
 
-    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None) -> Answer:
+    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None,
+                     cancel: CancelToken | None) -> Answer:
         """The answer to an approval, waited for durably. `ask_here()` asks this process's
-        approver (the core's rules: fail closed, never raises). A raise is a refusal."""
+        approver (the core's rules: fail closed, never raises). `cancel` is the asking call's
+        token (None: nobody stops it): once cancelled, stop waiting and refuse. A raise is a
+        refusal."""
         ...
 
     def run_handler(self, call: ToolCall, tool: ToolDef, run: Callable[[str], ToolResult]) -> ToolResult:

@@ -218,7 +218,7 @@ class Invoker:
         if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
             return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
 
-        call, refused = self._gate_call(call, tool, approver)
+        call, refused = self._gate_call(call, tool, approver, cancel)
         if refused is not None:
             return self._finish(call, refused, tool)
         self._running[call.id] = call  # as the gates left it: what an inner call's question shows
@@ -294,10 +294,11 @@ class Invoker:
 
     # -- asking a person --------------------------------------------------------------------
 
-    def ask(self, question: Question, approver: Approver | None = None) -> Answer:
+    def ask(self, question: Question, approver: Approver | None = None, cancel: CancelToken | None = None) -> Answer:
         """Put `question` to `approver` (else the Nexus's), announced to `nexus_ask_start` and
         `nexus_ask_end`. Never raises for the approver's failure: no approver, one that raises
-        or returns something unusable, all come back as a refusal (fail closed)."""
+        or returns something unusable, all come back as a refusal (fail closed). `cancel` is the
+        asking call's token, which a durable backend's wait ends on."""
         if approver is None:
             approver = self._nexus.approver
         if not question.chain and question.call.parent_call_id is not None:
@@ -307,7 +308,7 @@ class Invoker:
         try:
             durability = self._nexus.durability
             if durability is not None and question.kind == "approval":
-                answer = self._await_durably(durability, question, approver)
+                answer = self._await_durably(durability, question, approver, cancel)
             else:
                 answer = _ask_approver(question, approver)
         finally:
@@ -315,12 +316,13 @@ class Invoker:
         return answer
 
     @staticmethod
-    def _await_durably(durability: Durability, question: Question, approver: Approver | None) -> Answer:
+    def _await_durably(durability: Durability, question: Question, approver: Approver | None,
+                       cancel: CancelToken | None) -> Answer:
         """The durable backend's answer (it stores the approval, answerable from anywhere); a
         backend that fails, or answers with something other than an `Answer`, refuses."""
         ask_here = (lambda: _ask_approver(question, approver)) if approver is not None else None
         try:
-            answer = durability.await_answer(question, ask_here)
+            answer = durability.await_answer(question, ask_here, cancel)
         except Exception as exc:
             log.exception("the durable backend failed to wait for an approval (call %s)", question.call.id)
             return Answer(False, f"the durable backend failed ({describe_exception(exc)})", by="nobody")
@@ -328,14 +330,15 @@ class Invoker:
             return Answer(False, f"the durable backend answered {type(answer).__name__}, not an Answer", by="nobody")
         return answer
 
-    def _approval(self, tool: ToolDef, approver: Approver | None) -> Any:
+    def _approval(self, tool: ToolDef, approver: Approver | None, cancel: CancelToken | None = None) -> Any:
         """What the call gates' `approve` is for this call: the approver's answer to every
         asking gate's question at once, and the reason of a denial."""
 
         def approve(call: ToolCall, asks: tuple[tuple[str, Ask], ...]) -> tuple[Answer, str | None]:
             plugins = tuple(dict.fromkeys(p for p, _ in asks))
             questions = tuple(dict.fromkeys(a.question for _, a in asks))
-            answer = self.ask(Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool), approver)
+            answer = self.ask(Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool), approver,
+                              cancel)
             if answer.approved:
                 return answer, None
             if answer.by == "nobody":
@@ -347,11 +350,11 @@ class Invoker:
 
     # -- gates ------------------------------------------------------------------------------
 
-    def _gate_call(self, call: ToolCall, tool: ToolDef,
-                   approver: Approver | None = None) -> tuple[ToolCall, ToolResult | None]:
+    def _gate_call(self, call: ToolCall, tool: ToolDef, approver: Approver | None = None,
+                   cancel: CancelToken | None = None) -> tuple[ToolCall, ToolResult | None]:
         """The call gates' verdict: the (maybe rewritten) call and, when refused, the error result."""
         verdict = self._pm.gate("nexus_before_tool_invoke", CALL_GATES, call, lambda c: {"call": c, "tool": tool},
-                                self._approval(tool, approver))
+                                self._approval(tool, approver, cancel))
         if verdict.refusal is None:
             return verdict.subject, None
         result = _vetoed(verdict.subject, verdict.refusal, verdict.by)

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from nexus_core import hookimpl
 from nexus_core.plugins import Plugin, SettingError, setting
 
-from ._api import Approvals, ApprovalError
+from nexus_core import hookimpl
+
+from ._api import ApprovalError, Approvals
 from ._records import PendingApproval
 
 if TYPE_CHECKING:
@@ -111,8 +112,8 @@ class DurablePlugin(Plugin[DurableSettings]):
 
         version = getattr(dbos, "__version__", None) or _dist_version("dbos")
         if self.url is None:
-            return ["durable: off (approvals wait in the asking process only; plugins.nexus.durable.enabled: true "
-                    "turns it on)"]
+            return [("durable: off (approvals wait in the asking process only; plugins.nexus.durable.enabled: true "
+                     "turns it on)")]
         from ._engine import _redacted
 
         kind = "Postgres" if self.url.startswith("postgres") else "SQLite"

@@ -15,7 +15,6 @@ when the database is Postgres.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, PendingApproval, answer_message
@@ -34,8 +33,13 @@ class Approvals:
 
     def pending(self) -> list[PendingApproval]:
         """The approvals waiting for an answer, oldest first."""
-        statuses = self._client.list_workflows(name=APPROVAL_WORKFLOW, status="PENDING", load_input=True,
-                                               load_output=False, sort_desc=False)
+        try:
+            statuses = self._client.list_workflows(name=APPROVAL_WORKFLOW, status="PENDING", load_input=True,
+                                                   load_output=False, sort_desc=False)
+        except Exception as exc:
+            if _not_made_yet(exc):
+                return []  # no durable Nexus has started on this database yet: nothing was asked
+            raise
         found = []
         for status in statuses:
             record = _record_of(status)
@@ -70,11 +74,16 @@ class Approvals:
         status = self._status(approval_id)
         if status.status == "PENDING":
             return None
-        output = self._client.retrieve_workflow(approval_id).get_result()
+        output: Any = self._client.retrieve_workflow(approval_id).get_result()
         return output if isinstance(output, dict) else None
 
     def _status(self, approval_id: str) -> Any:
-        found = self._client.list_workflows(workflow_ids=[approval_id], load_input=True, load_output=False)
+        try:
+            found = self._client.list_workflows(workflow_ids=[approval_id], load_input=True, load_output=False)
+        except Exception as exc:
+            if not _not_made_yet(exc):
+                raise
+            found = []
         if not found or found[0].name != APPROVAL_WORKFLOW:
             raise ApprovalError(f"no approval {approval_id!r} in {_shown(self.url)}")
         return found[0]
@@ -85,8 +94,16 @@ class Approvals:
     def __enter__(self) -> Approvals:
         return self
 
-    def __exit__(self, *exc: object | TracebackType) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _not_made_yet(exc: BaseException) -> bool:
+    """Whether `exc` says DBOS's tables are not there yet (the database was never launched on)."""
+    import sqlalchemy as sa
+
+    text = str(getattr(exc, "orig", exc))
+    return isinstance(exc, sa.exc.DBAPIError) and ("does not exist" in text or "no such table" in text)
 
 
 def _record_of(status: Any) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from nexus_core import Answer, Nexus, Question, ToolCall, ToolDef, ToolResult
+from nexus_core import Answer, CancelToken, Nexus, Question, ToolCall, ToolDef, ToolResult
 
 from . import _engine, _workflows
 from ._claims import Claims
@@ -26,6 +26,8 @@ from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, as_answer, new_record
 log = logging.getLogger("nexus_durable")
 
 HANDLER_STEP = "nexus.durable.handler"
+#: how long closing waits for a call taken over from a killed host to finish
+CLOSE_WAIT_SECONDS = 60.0
 
 
 def possibly_done(call: ToolCall, key: str) -> ToolResult:
@@ -45,7 +47,8 @@ class DurableBackend:
 
     # -- nexus_core.Durability ---------------------------------------------------------------
 
-    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None) -> Answer:
+    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None,
+                     cancel: CancelToken | None = None) -> Answer:
         from dbos import DBOS, SetWorkflowID
 
         again = _workflows.resuming()
@@ -61,8 +64,27 @@ class DurableBackend:
         else:
             log.warning("approval %s (%s) waits for an answer: nexus approvals answer %s allow|deny",
                         approval_id, question.call.name, approval_id)
-        outcome = handle.get_result()
+        forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
+        try:
+            outcome = handle.get_result()
+        finally:
+            if forget is not None:
+                forget()
         return as_answer(outcome["answer"])
+
+    @staticmethod
+    def _stopped(approval_id: str, cancel: CancelToken) -> None:
+        """The asking call was stopped (Ctrl-C, its run_code script ended): the approval is
+        answered as a refusal, so the wait ends and nobody answers a call no one waits for."""
+        from dbos import DBOS
+
+        why = f" ({cancel.reason})" if cancel.reason else ""
+        try:
+            DBOS.send(approval_id, {"approved": False, "by": "nobody",
+                                    "text": f"the call was stopped while it waited for approval{why}"},
+                      topic=ANSWER_TOPIC)
+        except Exception:
+            log.exception("could not end the wait of approval %s", approval_id)
 
     @staticmethod
     def _answer_here(approval_id: str, ask_here: Callable[[], Answer]) -> None:
@@ -77,6 +99,8 @@ class DurableBackend:
             log.exception("could not send this process's answer to approval %s", approval_id)
 
     def run_handler(self, call: ToolCall, tool: ToolDef, run: Callable[[str], ToolResult]) -> ToolResult:
+        if not _workflows.running_resumed:  # the path of nearly every call: run it in place
+            return run(call.id)
         again = _workflows.resuming()
         if again is None or call.id != again.call_id:
             return run(call.id)
@@ -117,6 +141,12 @@ class DurableBackend:
             return
         self._closed = True
         _workflows.clear_host(self)
+        # a call this process took over from a killed host finishes before the engine stops (a
+        # short-lived `nexus` command may have taken one): cut short, it would be reported as
+        # possibly done in the next host instead of done
+        if not _workflows.wait_resumed(CLOSE_WAIT_SECONDS):
+            log.warning("closing while a call taken over from a killed host still runs; the next host reports it "
+                        "as possibly done")
         if self._claims is not None:
             self._claims.close()
         _engine.release()

@@ -21,20 +21,23 @@ from nexus_core.terminal import escape
 from ._api import ApprovalError, Approvals
 
 
-def _approvals(ctx: click.Context, database: str | None) -> Approvals:
+def _database(ctx: click.Context, database: str | None) -> str:
+    """The durable database's URL: `--database`, else the config's."""
     from . import PLUGIN_ID, DurableSettings, database_url
 
     if database is not None:
-        settings = DurableSettings(enabled=True, database=database)
-        return Approvals(database_url(settings, Path.cwd(), Path.cwd()))
+        return database_url(DurableSettings(enabled=True, database=database), Path.cwd(), Path.cwd())
     config = ctx.ensure_object(CliState).loaded_config()
     section = config.validate_plugin_section(PLUGIN_ID, settings_schema(DurableSettings))
     settings = read_settings(DurableSettings, section)
-    url = database_url(settings, Path(config.workspace), Path(config.session_dir))
+    return database_url(settings, Path(config.workspace), Path(config.session_dir))
+
+
+def _missing(url: str) -> str | None:
+    """The SQLite file `url` names when it does not exist yet (no approval was ever asked)."""
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        raise UsageError(f"no durable database at {url[len('sqlite:///'):]} (is plugins.nexus.durable on in "
-                         "this config, and has a call asked for an approval yet?)")
-    return Approvals(url)
+        return url[len("sqlite:///"):]
+    return None
 
 
 def _when(timestamp: float | None) -> str:
@@ -69,10 +72,14 @@ def approvals_command(ctx: click.Context, database: str | None, full: bool, as_j
     ctx.meta["nexus_durable.database"] = database
     if ctx.invoked_subcommand is not None:
         return EXIT_OK
-    with _approvals(ctx, database) as approvals:
-        pending = approvals.pending()
+    url = _database(ctx, database)
+    if _missing(url):
+        pending = []  # a database is made when a durable Nexus first starts: nothing asked yet
+    else:
+        with Approvals(url) as approvals:
+            pending = approvals.pending()
     if as_json:
-        click.echo(json.dumps([p.to_json() for p in pending], indent=2, ensure_ascii=False))
+        click.echo(json.dumps([p.to_json() for p in pending], indent=2))  # ASCII: no control character
         return EXIT_OK
     if not pending:
         click.echo("no approval is waiting", err=True)
@@ -84,7 +91,7 @@ def approvals_command(ctx: click.Context, database: str | None, full: bool, as_j
         # rendered by nexus_core.terminal (escaped there); indented so no line of it passes for a header
         for line in (approval.rendered_full if full else approval.rendered).splitlines():
             click.echo(f"  {line}")
-    click.echo(f"\nanswer with: nexus approvals answer ID allow|deny [--note TEXT]", err=True)
+    click.echo("\nanswer with: nexus approvals answer ID allow|deny [--note TEXT]", err=True)
     return EXIT_OK
 
 
@@ -97,8 +104,12 @@ def approvals_command(ctx: click.Context, database: str | None, full: bool, as_j
 def answer_command(ctx: click.Context, approval_id: str, decision: str, note: str, as_json: bool) -> int:
     """Answer the pending approval ID: allow the call, or deny it. The host waiting on it goes on
     (or, when it was killed, the next Nexus started on the database runs the call)."""
-    database = ctx.meta.get("nexus_durable.database")
-    with _approvals(ctx, database) as approvals:
+    url = _database(ctx, ctx.meta.get("nexus_durable.database"))
+    missing = _missing(url)
+    if missing:
+        raise UsageError(f"no approval {approval_id!r}: there is no durable database at {missing} yet (is "
+                         "plugins.nexus.durable on in this config?)")
+    with Approvals(url) as approvals:
         try:
             pending = approvals.get(approval_id)
             approvals.answer(approval_id, allow=decision == "allow", note=note, by="user")
@@ -108,5 +119,5 @@ def answer_command(ctx: click.Context, approval_id: str, decision: str, note: st
         click.echo(json.dumps({"id": approval_id, "decision": decision, "note": note, "tool": pending.tool}))
     else:
         verb = "allowed" if decision == "allow" else "denied"
-        click.echo(f"{verb}: {escape(pending.tool, multiline=False)} ({approval_id})")
+        click.echo(f"{verb}: {escape(pending.tool, multiline=False)} ({escape(approval_id, multiline=False)})")
     return EXIT_OK

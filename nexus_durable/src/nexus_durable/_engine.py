@@ -30,7 +30,7 @@ APP_NAME = "nexus"
 APP_VERSION = "nexus-durable-1"
 #: how often a waiting `recv` looks for a message on SQLite (DBOS's default is 1 s; the answer
 #: from another process should resume the call well within a second)
-POLL_SECONDS = 0.1
+POLL_SECONDS = 0.2
 EXECUTOR_PREFIX = "nexus"
 
 _lock = threading.Lock()

@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 import attrs
-from nexus_core import Answer, Question
 from nexus_core.terminal import render_question
+
+from nexus_core import Answer, Question
 
 APPROVAL_WORKFLOW = "nexus.durable.approval"
 ANSWER_TOPIC = "nexus.durable.answer"

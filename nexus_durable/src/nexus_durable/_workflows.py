@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 from dbos import DBOS
+
 from nexus_core import Answer, ToolCall
 
 from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, answer_from_message, expired_answer
@@ -73,10 +74,24 @@ class Resuming:
 
 
 _resuming = threading.local()
+#: how many recovered calls run in this process now: while none does (nearly always), a call's
+#: handler runs without even a look at the thread's state
+running_resumed = 0
+_count_lock = threading.Lock()
+
+
+def wait_resumed(timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until no recovered call runs in this process; True when none does."""
+    deadline = time.monotonic() + timeout
+    while running_resumed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running_resumed
 
 
 def resuming() -> Resuming | None:
     """The recovered call this thread runs, if any."""
+    if not running_resumed:
+        return None
     found: Resuming | None = getattr(_resuming, "value", None)
     return found
 
@@ -108,10 +123,15 @@ def run_resumed(nexus: Any, record: dict[str, Any], answer: dict[str, Any]) -> d
     data = record["call"]
     call = ToolCall(name=data["name"], arguments=dict(data["arguments"]), id=data["id"],
                     metadata={**data.get("metadata", {}), "durable_approval": record["id"]})
+    global running_resumed
     _resuming.value = Resuming(record["id"], call.id, Answer(**answer))
+    with _count_lock:
+        running_resumed += 1
     try:
         result = nexus.invoke(call)
     finally:
+        with _count_lock:
+            running_resumed -= 1
         _resuming.value = None
     log.info("approval %s: its call %s (%s) ran here after its host ended: %s", record["id"], call.id, call.name,
              "error: " + result.error if result.error else "ok")
