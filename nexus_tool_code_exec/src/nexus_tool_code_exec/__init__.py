@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .host.events import CodeExecChunk, CodeExecRequest, CodeExecResult
     from .host.engine import CodeExec
     from .host.plugin import CodeExecPlugin
+    from .host.replay import ReplayError, ReplayReport, replay
     from .host.settings import CodeExecSettings
 
 PLUGIN_ID = "nexus.tool.code_exec"
@@ -63,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from .host.settings import CodeExecSettings
 
         return CodeExecSettings
+    if name in ("replay", "ReplayReport", "ReplayError"):
+        from .host import replay
+
+        return getattr(replay, name)
     if name in ("CodeExecRequest", "CodeExecChunk", "CodeExecResult"):
         from .host import events
 
@@ -70,4 +75,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["DEFAULT_ALLOWED_PACKAGES", "PLUGIN_ID", "CodeExec", "CodeExecChunk", "CodeExecPlugin", "CodeExecRequest",
-           "CodeExecResult", "CodeExecSettings", "engine_for"]
+           "CodeExecResult", "CodeExecSettings", "ReplayError", "ReplayReport", "engine_for", "replay"]

@@ -6,6 +6,8 @@
     bindings.py   the `tools` module, generated as source from the registry
     runner.py     serving one run: the protocol, the tool calls, the end of the child
     streaming.py  the run's output (streamed and capped) and its calls (calls.jsonl)
+    journal.py    each inner call's result as it completes (journal.jsonl), for a run resumed
+                  after a suspension or its host's death, and replay
     session.py    session folders: a run persisted
     watchdog.py   the wall-clock limit
     fastpath.py   the latency tricks: the run's child (`Seat`), placement, polling, reader threads

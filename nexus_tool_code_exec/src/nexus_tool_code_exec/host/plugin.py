@@ -64,12 +64,12 @@ class CodeExecPlugin(Plugin[CodeExecSettings]):
     @hookimpl
     def nexus_ask_start(self, question: Question) -> None:
         if self.engine is not None:
-            self.engine.pause_clock(question.call.parent_call_id)
+            self.engine.pause_clock(question.call.parent_call_id, question.call)
 
     @hookimpl
     def nexus_ask_end(self, question: Question) -> None:
         if self.engine is not None:
-            self.engine.resume_clock(question.call.parent_call_id)
+            self.engine.resume_clock(question.call.parent_call_id, question.call)
 
     @hookimpl
     def nexus_shutdown(self) -> None:
@@ -83,7 +83,8 @@ class CodeExecPlugin(Plugin[CodeExecSettings]):
     @staticmethod
     @hookimpl
     def nexus_register_commands(cli: Any) -> None:
-        from .cli import run_command, runs_command
+        from .cli import replay_command, run_command, runs_command
 
         cli.add_command(run_command)
         cli.add_command(runs_command)
+        cli.add_command(replay_command)

@@ -40,6 +40,7 @@ from ..launchers.base import Child, Launcher
 from ..protocol import CallMessage, DoneMessage, ErrorMessage, LineReader, PipeReader, ProtocolError
 from . import fastpath
 from .fastpath import Seat
+from .journal import POSSIBLY_DONE, Cursor, Divergence, Journal, Placement
 from .settings import DEFAULT_MAX_CHILD_BYTES, DEFAULT_MAX_CHILD_MESSAGES
 from .streaming import Ledger, Streamer
 from .watchdog import Watchdog
@@ -52,6 +53,9 @@ MAX_MESSAGE = 32 * 1024 * 1024
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
+#: how long a suspended run waits for the journal lines of its last calls (written by their threads
+#: just after their answers) before it resumes
+JOURNAL_SETTLE = 10.0
 #: while a run's clock is stopped (a person decides about an inner call), how often the waiting
 #: thread looks again
 PAUSED_POLL = 0.5
@@ -102,6 +106,8 @@ class Settings:
     cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
     max_child_messages: int = DEFAULT_MAX_CHILD_MESSAGES
     max_child_bytes: int = DEFAULT_MAX_CHILD_BYTES
+    #: a run whose inner call waits this long for a person is suspended (None: never)
+    suspend_after_seconds: float | None = None
 
 
 @attrs.define
@@ -126,6 +132,15 @@ class Outcome:
     #: the inner calls still running (or queued) when the run ended, each with what became of it
     #: (`shell (stopped)`, `write (finished: its effect happened)`)
     stopped_calls: list[str] = attrs.field(factory=list)
+    #: the run was resumed from its journal: after a suspension in this process, or by
+    #: `CodeExec.resume` after its host stopped
+    resumed: bool = False
+    #: the inner calls its last attempt got answered from the journal, without running them
+    journal_calls: int = 0
+    #: how often it was suspended in this process (its child ended while a person decided)
+    suspensions: int = 0
+    #: replay: the script ended before it made every call of the record (a resumed run's error)
+    ended_short: str | None = None
 
     @property
     def stopped_text(self) -> str:
@@ -145,6 +160,11 @@ class Outcome:
 class BudgetExceeded(ProtocolError):
     """The child made the host hold or do more than one run may: the run is stopped, and its
     error is this exception's message as it stands (it names the limit)."""
+
+
+class JournalDiverged(BudgetExceeded):
+    """A resumed script asked for another call than its journal holds: the run is stopped, its
+    error (`journal diverged: ...`) names both calls."""
 
 
 @attrs.define
@@ -172,7 +192,7 @@ class _InnerCall:
     """An inner call the host took from the child, from its admission to its end (a plain
     slotted class: one is made per call)."""
 
-    __slots__ = ("msg", "size", "future", "result", "done")
+    __slots__ = ("msg", "size", "future", "result", "done", "placement")
 
     def __init__(self, msg: CallMessage, size: int) -> None:
         self.msg = msg
@@ -180,6 +200,7 @@ class _InnerCall:
         self.future: Future[None] | None = None  # queued on the run's pool (a parallel call)
         self.result: ToolResult | None = None
         self.done = False
+        self.placement: Placement | None = None  # where the journal has it, for a journaled run
 
 
 @attrs.define(eq=False)
@@ -216,6 +237,8 @@ class ScriptRun:
         settings: Settings,
         bound_tools: frozenset[str],
         emit_chunk: Callable[[CodeExecChunk], None],
+        journal: Journal | None = None,
+        resumed: bool = False,
     ) -> None:
         self.nexus = nexus
         self.call_id = call_id
@@ -257,6 +280,16 @@ class ScriptRun:
         self.cancel = CancelToken()
         self._stopped: str | None = None  # why run_code's own caller stopped it
         self._wake: threading.Event | None = None  # what the run's caller waits on, once a reader took over
+        # -- the journal (journal.py): where each call falls in it, and suspending the run
+        self.journal = journal
+        self.resumed = resumed
+        self._cursor: Cursor | None = None  # this attempt's, made as its child starts
+        self._live: dict[str, Placement] = {}  # live calls by id, until they are answered
+        self._suspend_timer: threading.Timer | None = None
+        self._suspending = False  # the child was ended to suspend the run, not the run itself
+        self.suspensions = 0
+        self._used = 0.0  # seconds of the timeout earlier attempts used
+        self._ended_short: str | None = None  # the script ended before making every journaled call
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -273,13 +306,65 @@ class ScriptRun:
         self._script = start.get("script") or ""
         self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
-        if ending.lost:
+        while ending.lost or self._suspending:
+            if self._suspending:  # resumed once its held calls (the one a person decides) are answered
+                if not self._await_held_calls():
+                    ending = _Ending()  # stopped by its caller while suspended
+                    self._stop_inner_calls(self._end_reason(ending, False))
+                    break
+                self._suspending = False
+                self.suspensions += 1
+                self.resumed = True
+                self.ledger = Ledger()  # the resumed attempt records every call again
+                self.streamer.restart()
+                start = self._resumed_start(start)
             try:
                 ending = self._serve(Seat.take(launcher), start, None)
             except Exception as exc:
                 ending = _Ending(error=f"runtime error: could not start the script's process: {exc}")
+                break
+        if self._cursor is not None and self.resumed and ending.final is not None and \
+                ending.final.get("t") == protocol.DONE and ending.error is None and not ending.violation:
+            try:
+                self._cursor.finish()
+            except Divergence as exc:
+                self._ended_short = str(exc)
         self.streamer.finish()
         return self._outcome(ending, time.monotonic() - began)
+
+    def _resumed_start(self, start: protocol.StartMessage) -> protocol.StartMessage:
+        """The START of a resumed attempt: the time left of the timeout (suspended time is not
+        counted, the attempts' own is)."""
+        sent = dict(start)
+        sent["timeout"] = max(self.settings.timeout_seconds - self._used, 0.001)
+        return sent  # type: ignore[return-value]
+
+    def _await_held_calls(self) -> bool:
+        """While suspended: wait for the calls still held (the one a person decides, and any
+        running beside it) to end, so that their results are in the journal. False if the run's
+        caller stopped it meanwhile."""
+        with self._budget:
+            while self._held:
+                if self._stopped is not None:
+                    return False
+                self._budget.wait(PAUSED_POLL)
+        if self.journal is not None:  # and their ends written (each goes out just after its answer)
+            self.journal.settle(JOURNAL_SETTLE)
+        return self._stopped is None
+
+    def suspend(self) -> None:
+        """An inner call has waited `suspend_after_seconds` for a person: end the child (its
+        memory and process are freed), keep the journal; the run resumes in a fresh child once
+        the calls it waits for are answered."""
+        with self._write_lock:
+            self._suspend_timer = None
+            child = self._child
+            if (not self._pauses or child is None or self._stopped is not None or self.journal is None
+                    or not self.journal.resumable):
+                return
+            self._suspending = True
+        log.info("run_code: %s suspended while a person decides about one of its calls", self.call_id)
+        child.kill()
 
     def _serve(self, seat: Seat, start: protocol.StartMessage, meanwhile: Callable[[], None] | None) -> _Ending:
         """Serve one child: START, then its messages until its end; then end it."""
@@ -290,7 +375,9 @@ class ScriptRun:
             self._child = child
             if self._stopped is not None:  # its caller stopped the run while the child was coming
                 child.kill()
-        watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        if self.journal is not None:
+            self._cursor = Cursor(self.call_id, self.journal.entries(), live=not self.journal.closed)
+        watchdog = Watchdog(child, max(self.settings.timeout_seconds - self._used, 0.0)).start()
         with self._write_lock:
             self._watchdog = watchdog
             for _ in range(self._pauses):
@@ -320,7 +407,9 @@ class ScriptRun:
                 ending.cpu_seconds = child.cpu_seconds
             with self._write_lock:
                 self._child = None  # an answer that comes now is dropped: nobody waits for it
-            self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
+            self._used += watchdog.used()
+            if not self._suspending:
+                self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
             pipe.let_go()
             child.finished()
         ending.timed_out, ending.messages = watchdog.fired, self._messages
@@ -414,6 +503,11 @@ class ScriptRun:
         with self._write_lock:
             self._pauses += 1
             watchdog = self._watchdog
+            after = self.settings.suspend_after_seconds
+            if after is not None and self.journal is not None and self._suspend_timer is None:
+                self._suspend_timer = threading.Timer(after, self.suspend)
+                self._suspend_timer.daemon = True
+                self._suspend_timer.start()
         if watchdog is not None:
             watchdog.pause()
 
@@ -423,6 +517,10 @@ class ScriptRun:
                 return
             self._pauses -= 1
             watchdog = self._watchdog
+            timer = self._suspend_timer if not self._pauses else None
+            if timer is not None:
+                self._suspend_timer = None
+                timer.cancel()
         if watchdog is not None:
             watchdog.resume()
 
@@ -567,7 +665,16 @@ class ScriptRun:
                 self._settle(msg)
             return
         parallel = msg.get("p", False)
+        placement = self._place(msg) if self._cursor is not None else None
         inner = self._admit(msg, size, parallel)
+        if placement is not None:
+            inner.placement = placement
+            if not placement.live:  # answered from the journal: no tool runs, no gate asks
+                self._answer_from_journal(msg, size, placement)
+                return
+            self._live[placement.key] = placement
+            assert self.journal is not None and placement.hashed is not None
+            self.journal.placed(placement.entry, placement.hashed[0])
         if parallel:
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
@@ -589,18 +696,58 @@ class ScriptRun:
             if not inner.done:  # answering it failed on the way (the answer settles it otherwise)
                 self._settle(msg)
 
-    def _call_of(self, msg: CallMessage) -> ToolCall:
+    def _call_of(self, msg: CallMessage, placement: Placement | None = None) -> ToolCall:
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
         metadata = {"script_line": line} if line is not None and line <= self._script_lines else {}
+        if placement is not None:
+            # the same id in every attempt of the run: the call's idempotency key (ctx.call_id)
+            return ToolCall(id=placement.key, name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id,
+                            metadata=metadata)
         return ToolCall(name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id, metadata=metadata)
+
+    # -- the journal ------------------------------------------------------------------------------
+
+    def _place(self, msg: CallMessage) -> Placement:
+        """Where the call `msg` falls in the journal (see journal.Cursor), or the run stops."""
+        assert self._cursor is not None
+        group: int | bool | None = (msg.get("g") or True) if msg.get("p") else None
+        try:
+            return self._cursor.place(msg["name"], msg["args"], group)
+        except Divergence as exc:
+            self._exceeded = str(exc)
+            raise JournalDiverged(self._exceeded) from None
+
+    def _answer_from_journal(self, msg: CallMessage, size: int, placement: Placement) -> None:
+        """Answer a call the journal holds: its recorded result; or, for one that was running when
+        the host stopped, an error saying it may have happened (it is not run again)."""
+        call = self._call_of(msg, placement)
+        recorded = placement.recorded
+        if recorded is not None:
+            result = attrs.evolve(recorded, id=call.id, name=call.name)
+        else:
+            text = POSSIBLY_DONE.format(name=call.name, key=placement.key)
+            result = self.nexus.refuse(call, text, "failure")  # result gates and observers see it
+            # as nexus.durable marks a direct call it will not repeat
+            result = attrs.evolve(result, metadata={**result.metadata, "possibly_done": True,
+                                                    "idempotency_key": placement.key})
+        self._reply(msg, call, result, size, time.time(), 0.0, placement)
+
+    def asking(self, call: ToolCall, waiting: bool) -> None:
+        """A person decides about the inner call `call` (`waiting`), or has answered: the journal
+        says so, so that a host stopping meanwhile leaves it to be made again, not "possibly
+        done" (nothing of it ran)."""
+        placement = self._live.get(call.id)
+        if placement is not None and self.journal is not None:
+            self.journal.asking(placement.entry, waiting)
 
     def _answer_call(self, msg: CallMessage, size: int, inner: _InnerCall) -> None:
         """One inner call, from its CALL to its RESULT: the tool call it asks for, through the gates
         (`Nexus.invoke`, with the run's cancel token) or refused (a name not bound for this
-        script), answered to the child and recorded. The one place an admitted call is answered."""
+        script), answered to the child and recorded (in the journal too: `inner.placement`). The
+        one place an admitted call that runs is answered (`_answer_from_journal`: one that does not)."""
         started_at, started = time.time(), time.perf_counter()
-        call = self._call_of(msg)
+        call = self._call_of(msg, inner.placement)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
             # refused, and the refusal takes the result gates and observers like any result
@@ -611,7 +758,9 @@ class ScriptRun:
             # the run's token: cancelled when the run ends, so nothing it started outlives it
             result = self.nexus.invoke(call, cancel=self.cancel)
         inner.result = result
-        self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
+        if inner.placement is not None:
+            self._live.pop(call.id, None)
+        self._reply(msg, call, result, size, started_at, time.perf_counter() - started, inner.placement)
 
     # -- the end of the run: nothing it started outlives it ---------------------------------------
 
@@ -669,8 +818,9 @@ class ScriptRun:
             self.stopped_calls.append(f"{inner.msg['name']} ({what})")
 
     def _reply(self, msg: CallMessage, call: ToolCall, result: ToolResult, size: int,
-               started_at: float, duration: float) -> None:
-        """Send the script the answer to its call `msg`, and record the call in the ledger."""
+               started_at: float, duration: float, placement: Placement | None = None) -> None:
+        """Send the script the answer to its call `msg`, and record the call in the ledger (and,
+        for a journaled run, in the journal: `placement` says where)."""
         rid = msg["id"]
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: protocol.CallResult = {"output": result.output}
@@ -681,6 +831,14 @@ class ScriptRun:
             reply["output_file"] = result.output_file
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
+        # the journal's own copy first: a suspended run resumes once its held calls are settled,
+        # and then answers this one from the journal (its line is written below); the ledger is
+        # this attempt's (a resumed attempt starts one of its own, and records this call again)
+        ledger = self.ledger
+        fresh = placement is not None and (placement.live or placement.entry.result is None)
+        if fresh:
+            assert placement is not None
+            placement.entry.result = result
         # settled before the answer goes out: the call the child makes next, once it has it,
         # then never finds this one still counted
         self._settle(msg)
@@ -690,7 +848,12 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg))
+        line = ledger.record(call, result, size, started_at, duration, _parallel_group(msg),
+                                  from_journal=placement is not None and not placement.live,
+                                  hashed=placement.hashed if placement is not None else None)
+        if fresh and self.journal is not None:
+            assert placement is not None
+            self.journal.finished(placement.entry, result, line)
 
     def _refuse(self, msg: CallMessage, reason: str, size: int) -> None:
         self._settle(msg)
@@ -718,7 +881,9 @@ class ScriptRun:
         outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
                           stdout_truncated=self.streamer.truncated or bool(
                               final is not None and final["t"] == protocol.DONE and final.get("truncated")),
-                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls))
+                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls),
+                          resumed=self.resumed, suspensions=self.suspensions,
+                          journal_calls=self._cursor.from_journal if self._cursor is not None else 0)
         if self._stopped is not None:
             outcome.error = f"cancelled: run_code was stopped by its caller ({self._stopped})"
             outcome.cancelled = True
@@ -749,6 +914,11 @@ class ScriptRun:
             line = final.get("line")
             if final["kind"] == protocol.MEMORY and line is not None:
                 outcome.where = where_text(line, self._script)
+        if self._ended_short is not None:
+            if self.journal is not None and self.journal.closed:
+                outcome.ended_short = self._ended_short  # replay: the result stands, the calls differ
+            else:
+                outcome.error, outcome.result, outcome.result_json = self._ended_short, None, None
         if outcome.error is not None and outcome.stopped_calls:
             outcome.error += f"; {outcome.stopped_text}"
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:

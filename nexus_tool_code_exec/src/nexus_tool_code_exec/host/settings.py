@@ -67,6 +67,13 @@ class CodeExecSettings:
                                        description="sandbox layers without which run_code refuses to run")
     launcher: Literal["auto", "zygote", "spawn"] = setting(
         "auto", description="fork children from a warm zygote, or spawn fresh interpreters")
+    journal: bool = setting(True, description="journal each inner call's result as it completes (journal.jsonl in "
+                                              "the run's session folder while it runs), so that a suspended run, or one "
+                                              "whose host stopped, resumes without running a completed call again")
+    suspend_after_seconds: float | None = setting(60, exclusiveMinimum=0,
+                                                  description="a run whose inner call waits this long for a person is "
+                                                              "suspended: its process ends, and a fresh one resumes it "
+                                                              "from the journal once the call is answered (null: never)")
 
     def __attrs_post_init__(self) -> None:
         # the schema lists the layers; a class built by hand (tests, embedding code) is checked too
