@@ -237,6 +237,25 @@ def test_a_protocol_violation_stops_the_child_with_a_clear_error(
     assert watch.gated == [] and watch.invoked == []
 
 
+@pytest.mark.parametrize(("message", "violation"), [
+    ({"t": "call", "id": 1, "name": "echo", "args": {}, "exec": "import os"},
+     "a call with a field it does not have ('exec')"),
+    ({"t": "call", "id": 1, "name": "echo", "args": {}, "p": "yes"}, "a call's 'p' must be true or false, not 'yes'"),
+    ({"t": "out", "s": "stdout", "d": "x", "dropped": -5}, "output's 'dropped' must be a count of bytes, not -5"),
+    ({"t": "error", "kind": "fatal", "message": "x"}, "an error of an unknown kind 'fatal'"),
+    ({"t": "done", "result": 1}, "the end's result must be JSON text, not 1"),
+    ({"t": "x" * 50_000}, "an unknown message type 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."),
+], ids=["unknown-field", "p-not-bool", "dropped-negative", "error-kind", "done-not-text", "huge-type"])
+def test_every_field_is_checked_once_and_a_bad_one_stops_the_run_naming_it(
+        nx: Nexus, program: Path, watch: Watch, message: dict[str, Any], violation: str) -> None:
+    """What protocol.read_child refuses ends the run, its words in the error, never more than a
+    piece of what came (test_protocol_contract.py has every field of every message)."""
+    outcome, launcher, _ = play(nx, program, [{"send": message}, {"call": call(9, "echo", {"text": "after"})}])
+    assert outcome.error == f"runtime error: the script's process broke the protocol ({violation}) and was stopped"
+    assert gone(launcher.pid)
+    assert watch.gated == [] and watch.invoked == []
+
+
 def test_an_over_long_line_stops_the_child_without_exhausting_the_host(nx: Nexus, program: Path, watch: Watch) -> None:
     # (that each byte is read once, not rescanned per read, is test_framing.py's)
     outcome, launcher, _ = play(nx, program, [{"big": 40}], timeout_seconds=20.0)

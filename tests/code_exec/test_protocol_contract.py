@@ -13,8 +13,11 @@ import typing
 from typing import Any
 
 import pytest
+from proc_helpers import alive, descendants, wait_until
 
 from nexus_tool_code_exec import protocol
+from nexus_tool_code_exec.launchers.spares import SPARES
+from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 from nexus_tool_code_exec.protocol import ProtocolError
 
 PROCESSES = {"host", "child", "zygote"}
@@ -90,8 +93,8 @@ def test_a_whole_message_is_read_as_it_came(kind: str) -> None:
 @pytest.mark.parametrize("kind", sorted(CHILD_SAMPLES))
 def test_the_optional_fields_may_be_left_out_and_the_required_ones_not(kind: str) -> None:
     required, optional = fields(MESSAGES[kind])
-    bare = {k: v for k, v in CHILD_SAMPLES[kind].items() if k not in optional}
-    assert protocol.read_child(copy.deepcopy(bare)) == bare
+    bare: dict[str, Any] = {k: v for k, v in CHILD_SAMPLES[kind].items() if k not in optional}
+    assert protocol.read_child(copy.deepcopy(bare)) == dict(bare)
     for key in required:
         without = {k: v for k, v in bare.items() if k != key}
         if kind == "out":  # output without a stream or text is dropped (see below)
@@ -217,3 +220,27 @@ def test_a_zygote_message_with_a_bool_for_a_number_is_refused() -> None:
         protocol.read_zygote({"t": "ready", "pid": True})
     with pytest.raises(ProtocolError, match="a folder that is not a path"):
         protocol.read_zygote({"t": "trash", "paths": ["/tmp/a", 1]})
+
+
+def test_a_zygote_that_gets_a_bad_request_stops_with_its_children_and_the_next_launch_starts_another() -> None:
+    """PreloadMessage's contract, in a real zygote: a request it cannot read is the host's bug,
+    so it kills its spares and exits (rather than fail later on a KeyError), and the launcher
+    makes a new zygote for the next child."""
+    launcher = ZygoteLauncher([], {"layers": [], "limits": {"memory_mb": 512, "cpu_seconds": 5}, "read_paths": []})
+    try:
+        launcher.start()
+        first = launcher.pid
+        assert first is not None
+        assert wait_until(lambda: len(descendants(first)) >= SPARES, spares=True)
+        spares = descendants(first)
+        zygote = launcher._current()
+        zygote.send({"t": "preload", "key": "k"})  # type: ignore[arg-type]  # no bindings: not the protocol
+        assert wait_until(lambda: not alive(first) and not any(alive(pid) for pid in spares))
+        child = launcher.launch()  # a new zygote, and a child of it
+        try:
+            assert launcher.pid not in (None, first)
+        finally:
+            child.kill()
+            child.close()
+    finally:
+        launcher.close()

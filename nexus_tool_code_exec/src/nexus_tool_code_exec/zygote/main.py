@@ -259,16 +259,20 @@ class Zygote:
     # -- the states ---------------------------------------------------------------------------------
 
     def serve_host(self) -> NoReturn:
-        """Say READY, fork the first spares, then serve until the host goes away; then stop."""
+        """Say READY, fork the first spares, then serve until the host goes away (or sends what is
+        not the protocol); then stop."""
         self.send({"t": protocol.READY, "pid": os.getpid()})
         for _ in range(self.spare_count):
             self.push_spare()
-        while True:
-            readable, _, _ = select.select([self._ctrl_fd, self._wake_r], [], [])
-            if self._wake_r in readable:
-                self.children_changed()
-            if self._ctrl_fd in readable and not self.read_requests():
-                break
+        try:
+            while True:
+                readable, _, _ = select.select([self._ctrl_fd, self._wake_r], [], [])
+                if self._wake_r in readable:
+                    self.children_changed()
+                if self._ctrl_fd in readable and not self.read_requests():
+                    break
+        except protocol.ProtocolError:
+            pass  # a request it cannot read is the host's bug: stop as if it had gone away
         self.stop()
 
     def children_changed(self) -> None:
