@@ -91,7 +91,14 @@ def scratch_dirs() -> set[str]:
     """Scratch folders: a spawned child's at the top of /tmp, a zygote's children's below the
     one root folder each zygote has."""
     tmp = Path(tempfile.gettempdir())
-    return {str(p) for p in tmp.glob("nexus-run-*")} | {str(p) for p in tmp.glob("nexus-run-*/run-*")}
+    found: set[str] = set()
+    for top in tmp.glob("nexus-run-*"):
+        found.add(str(top))
+        try:  # another run on the machine may remove its folder while we look
+            found.update(str(p) for p in top.iterdir() if p.name.startswith("run-"))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    return found
 
 
 # -- what the host sees -------------------------------------------------------------------------
