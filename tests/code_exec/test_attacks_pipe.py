@@ -204,10 +204,16 @@ def run(ctx):
         pass
 """
     result = rng.run(script, timeout=LIMIT)
-    assert result.error in (  # and its process is gone: `unharmed`
-        f"script timed out after {LIMIT}s",
-        f"tool call limit exceeded: the script went on calling after its limit of 1000 calls "
-        f"({MAX_CALLS_PAST_LIMIT} more were refused); it was stopped")
+    ends = (f"script timed out after {LIMIT}s",
+            f"tool call limit exceeded: the script went on calling after its limit of 1000 calls "
+            f"({MAX_CALLS_PAST_LIMIT} more were refused); it was stopped")
+    assert result.error is not None
+    # and its process is gone: `unharmed`. On a busy machine the end can come while the host is
+    # answering one of the calls it took just before: the error then says so after the reason
+    first = next((e for e in ends if result.error.startswith(e)), None)
+    assert first is not None, result.error
+    rest = result.error[len(first):]
+    assert rest == "" or (rest.startswith("; ") and "still running and was stopped: no_such_tool" in rest), rest
 
 
 def test_answers_it_never_reads_do_not_hold_the_host_past_the_timeout(rng: Range) -> None:
