@@ -144,7 +144,7 @@ GROUP_LINES_BUDGET = 2400
 INTRO = """Run a Python script that calls the tools below as Python functions: many calls in one step, in a sandbox.
 
 The script defines `def run(ctx):`. You get what it printed, a `--- result ---` line and run's return value (a string as it is, else JSON), or just one of them; at most {text} bytes (UTF-8), the middle of more dropped.
-- `import tools`: `r = tools.{example_tool}` takes keywords (a class-typed one may be a dict), the arguments of the tool's own declaration where you have one, and returns the class in the stub: read fields as attributes (`r.{example_field}`), not a direct call's text.
+- `import tools`: a tool takes as keywords the arguments its own declaration describes (where you have one; a class-typed one may be a dict) and returns the class in its stub, not a direct call's text: `r = tools.{example_tool}`, then `r.{example_field}`.
 - A veto raises `tools.ToolVetoed`, a failure (what a declaration calls an error) `tools.ToolFailed`, both `tools.ToolError` with `.tool` and `.reason` (str). A tool without an output schema returns `tools.Result`: `.output` (str), `.output_file` (str | None: a file it returned), `.error` (always None: errors raise).
 - `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]`, `parallel.all(f, g)` is `[f(), g()]`, with at most {max_workers} of the calls running at once, however many items; results in order, the first error raised.
 - Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host, webfetch too), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
