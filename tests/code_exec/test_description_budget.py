@@ -331,3 +331,17 @@ def test_the_bench_counts_what_this_file_checks(tmp_path: Path) -> None:
     """The bench's default set is this file's: the same plugins, so its figure is the one
     the budget test holds."""
     assert bench().DEFAULT_ACTIVE == DEFAULT_ACTIVE
+
+
+def test_the_docs_show_the_description_as_a_model_reads_it(nexus_factory: NexusFactory) -> None:
+    """docs/run-code.md's copy of the description on the default set: its contract word for
+    word, and each stub it shows as the description has it."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "run-code.md").read_text(encoding="utf-8")
+    shown = docs.split("On the default tool\nset it reads")[1].split("```\n", 1)[1].split("\n```\n", 1)[0]
+    # the default settings, on a machine of 2 CPUs (max_workers is the CPU count)
+    description = nexus_factory(plugins=DEFAULT_ACTIVE, config={"plugins": {CE: {"max_workers": 2}}}).tool(
+        "run_code").description
+    contract, _, stubs = shown.partition("\n\n\ndef ")
+    assert description.startswith(contract + "\n\n\ndef ")
+    for stub in ("def " + stubs).removesuffix("\n\n...").split("\n\n\n"):
+        assert "\n\n\n" + stub + "\n" in description, stub

@@ -147,7 +147,7 @@ The script defines `def run(ctx):`. You get what it printed, a `--- result ---` 
 - `import tools`: a tool takes as keywords the arguments its own declaration describes (where you have one; a class-typed one may be a dict) and returns the class in its stub, not a direct call's text: `r = tools.{example_tool}`, then `r.{example_field}`.
 - A veto raises `tools.ToolVetoed`, a failure (what a declaration calls an error) `tools.ToolFailed`, both `tools.ToolError` with `.tool` and `.reason` (str). A tool without an output schema returns `tools.Result`: `.output` (str), `.output_file` (str | None: a file it returned), `.error` (always None: errors raise).
 - `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]`, `parallel.all(f, g)` is `[f(), g()]`, with at most {max_workers} of the calls running at once, however many items; results in order, the first error raised.
-- Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host, webfetch too), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
+- Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host{webfetch}), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
 - `ctx.call_id` is this call's id, `ctx.remaining()` the seconds left. open() sees an empty scratch folder of this run: reach the workspace's files with the tools.
 - Limits: {timeout}s, {calls} tool calls.
 
@@ -347,6 +347,8 @@ class CodeExec:
             max_workers=self.settings.max_workers,
             allowed=" ".join(self.config["allowed_packages"]),
             skills=skill_text,
+            # "no network" is no reason to leave webfetch out of a script
+            webfetch=", webfetch too" if "webfetch" in names else "",
             timeout=f"{self.settings.timeout_seconds:g}",
             text=min(self.max_text_bytes, self.settings.max_output_bytes + self.settings.max_result_bytes),
             calls=self.settings.max_tool_calls,
