@@ -89,6 +89,8 @@ def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path,
     module, bindings = compiled(tools)
     signatures = stub_signatures(bindings.stubs)
     assert set(signatures) == set(bindings.functions)
+    # the signatures alone (a tool the model has a declaration of) are the same Python
+    assert stub_signatures(bindings.listing([t.name for t in tools])) == signatures
     differences = []
     # the module's names, but the builtin types where a tool function (`list`) took the name
     types = {**vars(module), "list": list, "dict": dict, "str": str, "int": int, "float": float, "bool": bool}
