@@ -5,8 +5,10 @@ One `@attrs.define` class per argument schema and per output schema (nested obje
 classes), one function per tool. The stubs the model reads are made from the same pieces: each
 function with its real keyword signature (`def read(*, path: str, offset: int | None = None) ->
 ReadResult:`), its arguments' descriptions in full with their defaults and constraints, and the
-classes of its result. Source, not `attrs.make_class`: it is what the model reads, what a type
-checker understands and what a traceback can point at.
+classes of its result; for a tool the model also has a declaration of, which describes the tool
+and its arguments already, the signature and the classes alone (`ToolPiece.brief_stub`). Source,
+not `attrs.make_class`: it is what the model reads, what a type checker understands and what a
+traceback can point at.
 
 A tool's metadata is untrusted (an MCP server writes it), so each tool's piece is made on its own
 and can only fail on its own:
