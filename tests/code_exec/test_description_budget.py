@@ -134,7 +134,7 @@ def test_the_description_says_each_fact_of_the_contract(nexus_factory: NexusFact
         "`tools.ToolVetoed`", "`tools.ToolFailed`", "`tools.ToolError` with `.tool` and `.reason` (str)",
         "`tools.Result`: `.output` (str), `.output_file` (str | None: a file it returned), `.error` (always None: "
         "errors raise)",
-        "a failure (what a declaration calls an error) `tools.ToolFailed`",
+        "any other error (what a direct call returns as one) `tools.ToolFailed`",
         "sockets (tools run on the host, webfetch too)",
         "`__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`)",
         "Skill helpers: skills.csv_tools.",
