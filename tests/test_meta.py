@@ -50,6 +50,7 @@ PACKAGES = {
     "nexus_provider_anthropic": ("nexus_provider_anthropic", {"nexus.provider.anthropic"}),
     "nexus_provider_gemini": ("nexus_provider_gemini", {"nexus.provider.gemini"}),
     "nexus_otel": ("nexus_otel", {"nexus.otel"}),
+    "nexus_durable": ("nexus_durable", {"nexus.durable"}),
     "examples/nexus-rt-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-rt-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }

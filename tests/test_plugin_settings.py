@@ -27,7 +27,7 @@ NEXUS_CLI = Path(sys.executable).parent / "nexus"
 
 #: the plugins of this repository's packages, beside the core's built-ins (tests/core/test_plugin_shape.py)
 CONVERTED = {"nexus.tool.shell", "nexus.tool.file", "nexus.tool.web", "nexus.agent", "nexus.provider.openai",
-             "nexus.provider.anthropic", "nexus.provider.gemini", "nexus.otel"}
+             "nexus.provider.anthropic", "nexus.provider.gemini", "nexus.otel", "nexus.durable"}
 #: not converted yet: their packages were being changed by other slices at the time
 NOT_YET = {"nexus.mcp.client", "nexus.tool.code_exec"}
 
