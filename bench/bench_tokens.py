@@ -114,8 +114,10 @@ def extra_tools(n: int, exposure: str = "both") -> list[ToolDef]:
     return out
 
 
-def nexus(workspace: str) -> Nexus:
-    return Nexus.from_config({"workspace": workspace, "skills": [], "plugins": {"active": DEFAULT_ACTIVE}})
+def nexus(workspace: str, code_only: tuple[str, ...] = ()) -> Nexus:
+    """The default tool set; the tools named in `code_only` declared `exposure: code`."""
+    return Nexus.from_config({"workspace": workspace, "skills": [], "plugins": {"active": DEFAULT_ACTIVE},
+                              "tools": {name: {"exposure": "code"} for name in code_only}})
 
 
 def tokens_of(enc: Any, value: Any) -> int:
@@ -137,7 +139,10 @@ def measure_tokens(enc: Any, workspace: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with nexus(workspace) as nx:
         out["default"] = {**declarations(enc, nx), "tools": len(nx.tools())}
-        out["default_code_only"] = None
+        bound = [t.name for t in nx.tools() if t.exposure == "both"]
+    # the same tools met only in scripts: run_code's description then carries their whole stubs
+    with nexus(workspace, code_only=tuple(bound)) as nx:
+        out["default_code_only"] = {**declarations(enc, nx), "tools": len(nx.tools())}
     for n in (10, 100, 500):
         row: dict[str, Any] = {}
         for exposure in ("both", "code"):
@@ -241,6 +246,9 @@ def main() -> None:
     print(f"  all declarations   {d['total']:>7,} tokens")
     print(f"  run_code alone     {d['run_code']:>7,} tokens ({d['run_code'] / d['total']:.0%}; issue 23's budget: "
           f"{RUN_CODE_BUDGET:,})")
+    c = tokens["default_code_only"]
+    print(f"  the same tools code-only: all declarations {c['total']:,} tokens, run_code {c['run_code']:,} "
+          f"(its stubs whole: no declaration of theirs says it)")
     print("\nextra tools        run_code  run_code_api  all declarations  all, extras code-only  api answer")
     for n in (10, 100, 500):
         row = tokens[f"extra_{n}"]

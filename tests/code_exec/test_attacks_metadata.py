@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from nexus_core import Nexus, ToolDef
@@ -73,9 +74,13 @@ def assert_two(nx: Nexus) -> None:
 
 
 def description(nx: Nexus) -> str:
+    """What run_code shows a model of the tools: its description, then every tool's whole stub
+    (what run_code_api returns, and what the description lists of a tool the model has no
+    declaration of; of a tool it has one of, the description lists the signature alone)."""
     tool = nx.tool("run_code")
-    assert tool is not None
-    return tool.description
+    engine = engine_for(nx)
+    assert tool is not None and engine is not None
+    return tool.description + "\n" + engine.bindings().stubs
 
 
 def doctor(nx: Nexus) -> list[str]:
@@ -370,13 +375,18 @@ def test_the_description_lists_groups_past_max_listed_bytes(nexus_with: Any) -> 
     """A few tools, each stub within its cap, together past `max_listed_bytes`: the description
     names groups (as it does past `max_listed_tools`), and run_code_api gives the stubs."""
     long = {f"p{i}": {"type": "string", "description": "words " * 40} for i in range(30)}
-    tools = [echo_tool(f"big{i}", {"type": "object", "properties": long}) for i in range(5)]
+    tools = [attrs.evolve(echo_tool(f"big{i}", {"type": "object", "properties": long}), exposure="code")
+             for i in range(5)]
     nx = nexus_with(*tools, max_listed_bytes=20_000)
     assert_two(nx)
-    text = description(nx)
+    text = nx.tool("run_code").description
     assert "too many to list here" in text and "def big0(" not in text and len(text) < 8000
     assert nx.tool("run_code_api") is not None
     assert "def big3(" in nx.invoke("run_code_api", {"names": ["big3"]}).output
+    # declared directly too, the model reads their arguments there: their signatures fit
+    both = nexus_with(*(attrs.evolve(t, exposure="both") for t in tools), max_listed_bytes=20_000)
+    text = both.tool("run_code").description
+    assert "too many to list here" not in text and "def big0(\n    *,\n    p0: str | None = None,\n" in text
 
 
 # -- a piece that fails is left out, and only it ----------------------------------------------------

@@ -89,6 +89,8 @@ def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path,
     module, bindings = compiled(tools)
     signatures = stub_signatures(bindings.stubs)
     assert set(signatures) == set(bindings.functions)
+    # the signatures alone (a tool the model has a declaration of) are the same Python
+    assert stub_signatures(bindings.listing([t.name for t in tools])) == signatures
     differences = []
     # the module's names, but the builtin types where a tool function (`list`) took the name
     types = {**vars(module), "list": list, "dict": dict, "str": str, "int": int, "float": float, "bool": bool}
@@ -117,13 +119,25 @@ def test_each_stub_is_the_exact_keyword_signature_of_its_binding(tmp_path: Path,
 
 
 def test_argument_docs_are_whole_with_their_defaults_and_constraints(tmp_path: Path) -> None:
+    """Each fact once: a tool the model has a declaration of is listed by its signature and
+    classes, its arguments described by that declaration; a tool it has none of (exposure
+    "code") by its whole stub, its arguments' docs in full with their constraints."""
     with default_nexus(tmp_path) as nx:
         description = nx.tool("run_code").description
+        declared = {s["function"]["name"]: s["function"] for s in nx.schemas("openai")}
+    timeout = declared["shell"]["parameters"]["properties"]["timeout"]
+    assert timeout["description"] == "Seconds before it and all it started are killed." and timeout["maximum"] == 600
+    assert "def shell(*, command: str, workdir: str | None = None, timeout: float = 60) -> ShellResult: ...\n" \
+        in description and "Seconds before it" not in description
+    with Nexus.from_config({"workspace": str(tmp_path), "plugins": {"active": ["nexus.tool.shell", CE]},
+                            "tools": {"shell": {"exposure": "code"}}}) as nx:
+        code_only = nx.tool("run_code").description
+        assert "shell" not in {s["function"]["name"] for s in nx.schemas("openai")}
     # not cut mid-word at 80 characters, as the stubs once did
-    assert "…" not in description
-    assert "timeout: Seconds before it and all it started are killed. At most 600, more than 0." in description
+    assert "…" not in code_only
+    assert "timeout: Seconds before it and all it started are killed. At most 600, more than 0." in code_only
     # a default is shown once, in the signature; the default limits as numbers, not setting names
-    assert "def read(*, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:" in description
+    assert "def read(*, path: str, offset: int = 1, limit: int = 2000) -> ReadResult: ...\n" in description
     assert "limit: int = 500" in description and "max_results" not in description and "read_lines" not in description
     # written for scripts: read's numbering is for direct calls; a script reads .content
     assert "cat -n" not in description and "the lines exactly as in the file (no line numbers)" in description

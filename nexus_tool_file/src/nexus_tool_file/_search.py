@@ -68,8 +68,8 @@ GLOB_OUTPUT: dict[str, Any] = {
         "paths": {"type": "array", "items": {"type": "string"},
                   "description": "relative to the workspace root; each folder's files by name, then its "
                                  "subfolders'"},
-        "truncated": {"type": "boolean", "description": "more may match (the limit or max_search_seconds was "
-                                                       "reached)"},
+        "truncated": {"type": "boolean", "description": "more may match (the limit or the search's "
+                                                       "time limit was reached)"},
     },
     "required": ["paths", "truncated"],
     "additionalProperties": False,
@@ -150,8 +150,8 @@ GREP_OUTPUT: dict[str, Any] = {
             "required": ["path", "line", "text"],
             "additionalProperties": False,
         }},
-        "truncated": {"type": "boolean", "description": "more may match (the limit or max_search_seconds was "
-                                                       "reached)"},
+        "truncated": {"type": "boolean", "description": "more may match (the limit or the search's "
+                                                       "time limit was reached)"},
     },
     "required": ["matches", "truncated"],
     "additionalProperties": False,

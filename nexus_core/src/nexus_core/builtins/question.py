@@ -42,8 +42,8 @@ QUESTION_SCHEMA: dict[str, Any] = {
 
 DESCRIPTION = (
     "Ask the user a question when you need a decision or information only they have. Offer "
-    "options when the choice is among a few. The user's answer comes back as the result; a "
-    "result starting with 'pending:' means the answer will come later."
+    "options when the choice is among a few. Called directly, the user's answer comes back as "
+    "the result; a result starting with 'pending:' means the answer will come later."
 )
 
 

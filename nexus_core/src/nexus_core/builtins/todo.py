@@ -69,7 +69,7 @@ DESCRIPTION = (
     "Write the todo list for this session: send the whole list each time, it replaces the "
     "previous one. Use it for work of three or more steps: add the steps, mark one in_progress "
     "before starting it, completed as soon as it is done, cancelled if it is no longer needed. "
-    "The current list comes back, one line per item."
+    "Called directly, the current list comes back, one line per item."
 )
 
 #: what a run_code script reads of it (the advice on when to use it is for the direct call)

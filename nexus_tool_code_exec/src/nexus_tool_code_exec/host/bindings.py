@@ -5,8 +5,10 @@ One `@attrs.define` class per argument schema and per output schema (nested obje
 classes), one function per tool. The stubs the model reads are made from the same pieces: each
 function with its real keyword signature (`def read(*, path: str, offset: int | None = None) ->
 ReadResult:`), its arguments' descriptions in full with their defaults and constraints, and the
-classes of its result. Source, not `attrs.make_class`: it is what the model reads, what a type
-checker understands and what a traceback can point at.
+classes of its result; for a tool the model also has a declaration of, which describes the tool
+and its arguments already, the signature and the classes alone (`ToolPiece.brief_stub`). Source,
+not `attrs.make_class`: it is what the model reads, what a type checker understands and what a
+traceback can point at.
 
 A tool's metadata is untrusted (an MCP server writes it), so each tool's piece is made on its own
 and can only fail on its own:
@@ -38,7 +40,7 @@ import textwrap
 import threading
 import types
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import attrs
@@ -320,6 +322,8 @@ class _Generator:
         self.notes: list[str] = []
         #: an argument's nested class by its fields' shape, for a result of the same shape
         self.shapes: dict[tuple[tuple[str, str, str, bool], ...], str] = {}
+        #: a cap loosened the type of one of the function's own arguments (its docstring says so)
+        self.args_capped = False
 
     def new_class_name(self, *parts: str) -> str:
         name = class_name(*parts)
@@ -416,6 +420,8 @@ class _Generator:
             saved, self.notes = self.notes, []
             typ = self.py_type(sub, (*hint, json_name), inner, depth + 1)
             notes, self.notes = self.notes, saved
+            if notes and kind == "args":
+                self.args_capped = True
             is_required = json_name in required
             if not is_required and typ not in ("Any", "None") and not typ.endswith("| None"):
                 typ += " | None"
@@ -573,6 +579,10 @@ class ToolPiece:
     function_source: str  # its function (and its aliases), as the module's source
     function_stub: str  # its function's stub, what a note says first included
     stub_classes: str = ""  # the classes the model needs (the result's, the nested arguments'), as stubs
+    #: its function's signature alone (`def read(*, path: str) -> ReadResult: ...`), what a note says
+    #: first included: for a tool the model has a declaration of, which describes it and its
+    #: arguments already. The whole stub where that is not all (a cap loosened a type, the piece is loose)
+    function_brief: str = ""
     code: types.CodeType | None = None  # its source, compiled once it passed the check (set by make_piece)
     loose: bool = False  # its schemas were past the caps: keywords go as they are
     note: str = ""  # why its function does not have its own name (`foo_bar_2`), where it does not
@@ -592,8 +602,18 @@ class ToolPiece:
     def stub(self) -> str:
         """Its function's stub, its aliases' lines, then the classes the model needs: what
         `run_code_api` returns."""
+        return self._with_classes(self.function_stub)
+
+    @property
+    def brief_stub(self) -> str:
+        """Its stub for a model that has the tool's own declaration (exposure "both"): the
+        function's signature, its aliases' lines and the classes, without the docstring that
+        would say again what the declaration says of the tool and its arguments."""
+        return self._with_classes(self.function_brief or self.function_stub)
+
+    def _with_classes(self, function: str) -> str:
         lines = "".join(f"\n{alias} = {self.fname}" for _, alias in self.aliases)
-        return self.function_stub + lines + ("\n\n" + self.stub_classes if self.stub_classes else "")
+        return function + lines + ("\n\n" + self.stub_classes if self.stub_classes else "")
 
 
 def _reason_text(text: object) -> str:
@@ -624,13 +644,25 @@ def _function_source(fname: str, tool: str, args_class: str | None, result: str,
             f"    return _call({tool!r}, {args_class or 'None'}, args, kwargs, {result})")
 
 
-def _function_stub(fname: str, params: list[Field], result: str, summary: str) -> str:
-    """`def f(*, a: int, b: str = '.') -> R:` on one line, then one docstring: the tool's summary,
-    then one line per argument that has something to say (`a: what it is. At least 1.`)."""
+def _function_head(fname: str, params: list[Field], result: str) -> str:
+    """`def f(*, a: int, b: str = '.') -> R:`, on one line unless it is too long for one."""
     inner = ", ".join(p.param() for p in params)
     head = f"def {fname}(*, {inner}) -> {result}:" if params else f"def {fname}() -> {result}:"
     if len(head) > COMMENT_WIDTH:  # one argument a line
         head = "\n".join([f"def {fname}(", "    *,", *(f"    {p.param()}," for p in params), f") -> {result}:"])
+    return head
+
+
+def _function_brief(fname: str, params: list[Field], result: str) -> str:
+    """The function's signature and no docstring: `def f(*, a: int) -> R: ...`."""
+    head = _function_head(fname, params, result)
+    return head + (" ..." if "\n" not in head else "\n    ...")
+
+
+def _function_stub(fname: str, params: list[Field], result: str, summary: str) -> str:
+    """`def f(*, a: int, b: str = '.') -> R:` on one line, then one docstring: the tool's summary,
+    then one line per argument that has something to say (`a: what it is. At least 1.`)."""
+    head = _function_head(fname, params, result)
     lines = [summary.strip()] if summary.strip() else []
     for p in params:
         said = [f"JSON name {visible(repr(_cut(p.json_name, MAX_LITERAL_CHARS)))}"] if p.attr != p.json_name else []
@@ -700,7 +732,8 @@ def _full_piece(tool: ToolDef, fname: str, taken: Iterable[str]) -> ToolPiece:
                       class_source="\n\n\n".join(_render_source_class(c) for c in gen.classes),
                       function_source=_function_source(fname, tool.name, args_cls, result, description),
                       function_stub=_function_stub(fname, args.fields, result, _summary(description) + notes),
-                      stub_classes="\n\n".join(_render_stub_class(c) for c in shown))
+                      stub_classes="\n\n".join(_render_stub_class(c) for c in shown),
+                      function_brief="" if notes or gen.args_capped else _function_brief(fname, args.fields, result))
     size = len(piece.stub.encode("utf-8", "surrogatepass"))
     if size > MAX_STUB_BYTES:
         raise _TooBig(f"its stub would take {size} bytes, more than the {MAX_STUB_BYTES} one tool's may")
@@ -735,9 +768,13 @@ def make_piece(tool: ToolDef, taken: Iterable[str] = (), fname: str | None = Non
         if note:
             piece.note = visible(_one_line(note))
             piece.function_stub = f"# {piece.note}\n{piece.function_stub}"
+            if piece.function_brief:
+                piece.function_brief = f"# {piece.note}\n{piece.function_brief}"
         piece.code = check_piece(piece.source, tool.name, fname, piece.class_names,
                                  aliases=[alias for _, alias in piece.aliases])
         check_stub(piece.stub, set(piece.names))
+        if piece.function_brief:
+            check_stub(piece.brief_stub, set(piece.names))
         return piece
     except PieceRejected as exc:
         return LeftOut(tool, f"its bindings failed their check: {exc}")
@@ -783,6 +820,8 @@ class Bindings:
         #: the Python name a left-out tool would have had -> the tool and why it has not
         self.left_out_names: dict[str, tuple[str, str]] = {
             function_name(gone.tool.name): (gone.tool.name, gone.reason) for gone in left_out or ()}
+        self._listings: dict[frozenset[str], str] = {}
+        self._listing_lock = threading.Lock()
 
     @functools.cached_property
     def payload(self) -> protocol.BindingsPayload:
@@ -806,10 +845,27 @@ class Bindings:
 
     @functools.cached_property
     def stubs(self) -> str:
+        """Every tool's whole stub, for a model that has none of their declarations."""
+        return self.listing(())
+
+    def listing(self, declared: Collection[str]) -> str:
+        """The stubs run_code's description lists: the tools named in `declared` (those the
+        model has a declaration of) by their signature and classes (`brief_stub`), the others
+        in full."""
+        key = frozenset(declared).intersection(self.by_tool)
+        with self._listing_lock:
+            cached = self._listings.get(key)
+        if cached is not None:
+            return cached
         note = self.left_out_note()
         if not self.pieces:
-            return STUB_HEADER + note + "# (no tools registered)\n"
-        return STUB_HEADER + note + "\n\n\n".join(piece.stub for _, piece in self.pieces) + "\n"
+            text = STUB_HEADER + note + "# (no tools registered)\n"
+        else:
+            text = STUB_HEADER + note + "\n\n\n".join(
+                piece.brief_stub if piece.tool.name in key else piece.stub for _, piece in self.pieces) + "\n"
+        with self._listing_lock:
+            self._listings[key] = text
+        return text
 
     def left_out_note(self) -> str:
         """The description's lines about the tools left out and renamed, if any."""

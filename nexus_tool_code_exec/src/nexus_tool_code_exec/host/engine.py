@@ -144,11 +144,11 @@ GROUP_LINES_BUDGET = 2400
 INTRO = """Run a Python script that calls the tools below as Python functions: many calls in one step, in a sandbox.
 
 The script defines `def run(ctx):`. You get what it printed, a `--- result ---` line and run's return value (a string as it is, else JSON), or just one of them; at most {text} bytes (UTF-8), the middle of more dropped.
-- `import tools`: `r = tools.{example_tool}` takes keywords (a class-typed one may be a dict) and returns the class in the stub; read fields as attributes (`r.{example_field}`). Results are these objects, not a direct call's text.
-- A veto raises `tools.ToolVetoed`, a failure `tools.ToolFailed`, both `tools.ToolError` with `.tool` and `.reason` (str). A tool without an output schema returns `tools.Result` with `.output` (str) and `.output_file` (str | None: a file it returned).
-- `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]`, `parallel.all(f, g)` is `[f(), g()]`, at most {max_workers} running at once, in order; the first error is raised.
-- Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host, webfetch too), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
-- `ctx.call_id` is this call's id, `ctx.remaining()` the seconds left. The working folder is an empty scratch folder of this run: the workspace's files are reached with the tools, not open().
+- `import tools`: a tool takes as keywords the arguments its own declaration describes (where you have one; a class-typed one may be a dict) and returns the class in its stub, not a direct call's text: `r = tools.{example_tool}`, then `r.{example_field}`.
+- A veto raises `tools.ToolVetoed`, any other error (what a direct call returns as one) `tools.ToolFailed`, both `tools.ToolError` with `.tool` and `.reason` (str). A tool without an output schema returns `tools.Result`: `.output` (str), `.output_file` (str | None: a file it returned), `.error` (always None: errors raise).
+- `import parallel`: `parallel.map(items, fn)` is `[fn(x) for x in items]`, `parallel.all(f, g)` is `[f(), g()]`, with at most {max_workers} of the calls running at once, however many items; results in order, the first error raised.
+- Other imports: {allowed}.{skills} Refused: other imports, threads, processes, sockets (tools run on the host{webfetch}), `__dunder__` attributes (tell errors apart by class, `e.tool`, `e.reason`).
+- `ctx.call_id` is this call's id, `ctx.remaining()` the seconds left. open() sees an empty scratch folder of this run: reach the workspace's files with the tools.
 - Limits: {timeout}s, {calls} tool calls.
 
 Example:
@@ -319,7 +319,11 @@ class CodeExec:
             count = len(self.bound_tools())
         if count > self.max_listed_tools:
             return True
-        return len(self.bindings().stubs.encode("utf-8", "surrogatepass")) > self.max_listed_bytes
+        return len(self.listing().encode("utf-8", "surrogatepass")) > self.max_listed_bytes
+
+    def listing(self) -> str:
+        """The stubs the description lists: in brief for the tools the model has declarations of."""
+        return self.bindings().listing([t.name for t in self.nexus.model_tools()])
 
     def description(self, bound: list[ToolDef] | None = None) -> str:
         if self._skill_modules is None:
@@ -344,8 +348,10 @@ class CodeExec:
             example_tool=example_tool,
             example_field=example_field,
             max_workers=self.settings.max_workers,
-            allowed=", ".join(self.config.allowed_packages),
+            allowed=" ".join(self.config.allowed_packages),
             skills=skill_text,
+            # "no network" is no reason to leave webfetch out of a script
+            webfetch=", webfetch too" if "webfetch" in names else "",
             timeout=f"{self.settings.timeout_seconds:g}",
             text=min(self.max_text_bytes, self.settings.max_output_bytes + self.settings.max_result_bytes),
             calls=self.settings.max_tool_calls,
@@ -358,7 +364,7 @@ class CodeExec:
             made = [tool for tool, piece in pieces if isinstance(piece, ToolPiece)]
             note = left_out_note(tool.name for tool, piece in pieces if not isinstance(piece, ToolPiece))
             return intro + "\n" + self.groups_text(made, note)
-        return intro + "\n" + self.bindings().stubs
+        return intro + "\n" + self.listing()
 
     # -- groups and the companion tool ------------------------------------------------------
 
