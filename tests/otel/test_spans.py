@@ -174,6 +174,38 @@ def test_the_duration_metric_is_by_tool_and_outcome(traces: Traces) -> None:
     assert points[(("error.type", "unknown_tool"), op, ("gen_ai.tool.name", "_OTHER"))].count == 1
 
 
+def test_a_sampler_that_drops_the_span_drops_its_content_and_keeps_the_metric(
+        traces: Traces, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    import nexus_otel._tracer as tracer_module
+
+    encoded: list[Any] = []
+    real_json = tracer_module._json
+    monkeypatch.setattr(tracer_module, "_json", lambda value: encoded.append(value) or real_json(value))
+    dropping = TracerProvider(sampler=ALWAYS_OFF)
+    dropping.add_span_processor(SimpleSpanProcessor(traces.exporter))
+    config = {"plugins": {PLUGIN_ID: {"capture_content": True}}}
+    with Nexus.from_config(config, autoload=False, plugins=[OtelPlugin.using(dropping, traces.meter_provider)],
+                           tools=[echo()]) as nx:
+        assert nx.invoke("echo", {"text": "not for the trace"}).output == "not for the trace"
+        assert nx.invoke("nope").error_kind == "unknown_tool"
+    assert traces.spans() == [] and encoded == []  # the arguments were never turned into JSON
+    counts = {p.attributes["gen_ai.tool.name"]: p.count for p in traces.points("gen_ai.execute_tool.duration")}
+    assert counts == {"echo": 1, "_OTHER": 1}  # metrics are not sampled
+
+
+def test_a_tool_registered_anew_under_its_name_has_its_new_description(traces: Traces) -> None:
+    with Nexus(autoload=False, plugins=[traces.plugin()], tools=[echo()]) as nx:
+        nx.invoke("echo", {"text": "a"})
+        nx.remove_tool("echo")
+        nx.add_tool(native_tool("echo", "Echo it louder.", {"type": "object"}, lambda a: "A"))
+        nx.invoke("echo", {"text": "a"})
+    first, second = traces.named("execute_tool echo")
+    assert first.attributes["gen_ai.tool.description"] == "Echo the text."
+    assert second.attributes["gen_ai.tool.description"] == "Echo it louder."
+
+
 # -- run_code -------------------------------------------------------------------------------
 
 
