@@ -249,12 +249,30 @@ class Tracer:
         return {gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_PROVIDER_NAME: request.provider,
                 gen_ai.GEN_AI_REQUEST_MODEL: request.model}
 
+    def _messages(self, span: Span, request: ModelRequest, response: ModelResponse | None = None) -> None:
+        """The request's messages (as sent: after its gates) and the response's, by the
+        conventions, when content is captured and the span records."""
+        if not (self.capture_content and span.is_recording()):
+            return
+        from . import _messages
+
+        system = _messages.system_instructions(request)
+        if system is not None:
+            span.set_attribute(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS, system)
+        messages, omitted = _messages.input_messages(request)
+        span.set_attribute(gen_ai.GEN_AI_INPUT_MESSAGES, messages)
+        if omitted:
+            span.set_attribute(_messages.INPUT_OMITTED, omitted)
+        if response is not None:
+            span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _messages.output_messages(response))
+
     @hookimpl
     def nexus_model_response(self, request: ModelRequest, response: ModelResponse) -> None:
         found = self._requests.pop(request.id, None)
         if found is None:
             return
         span, started = found
+        self._messages(span, request, response)
         usage = response.usage
         span.set_attributes({gen_ai.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
                              gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens})
@@ -278,6 +296,7 @@ class Tracer:
         if found is None:
             return
         span, started = found
+        self._messages(span, request)
         kind = error.kind or "error"
         span.set_attribute(ERROR_TYPE, kind)
         span.set_status(Status(StatusCode.ERROR, _clip(str(error))))
