@@ -411,6 +411,9 @@ def test_a_rewritten_call_and_its_result_name_the_gates_that_rewrote_it(nx: Nexu
                                metadata={"rewritten_by": ["forged"], "script_line": 3}))
     assert "rewritten_by" not in plain.metadata and "rewritten_by" not in recorder.invoked[-1].metadata
     assert recorder.invoked[-1].metadata["script_line"] == 3
+    forged = {"rewritten_by": ["forged"]}
+    assert "rewritten_by" not in nx.invoke(ToolCall(id="c4", name="nope", metadata=forged)).metadata
+    assert "rewritten_by" not in nx.refuse(ToolCall(id="c5", name="echo", metadata=forged), "no", "failure").metadata
     # a rewritten call that is then vetoed says who rewrote it too
     nx.register(Gate(lambda call: Veto("no safe calls") if call.arguments.get("safe") else None), name="acme.no")
     vetoed = nx.invoke(ToolCall(id="c3", name="echo", arguments={"q": "z"}))

@@ -63,6 +63,13 @@ log = logging.getLogger("nexus_core")
 REWRITTEN_BY = "rewritten_by"
 
 
+def _as_given(call: ToolCall) -> ToolCall:
+    """`call` without a `rewritten_by` its caller put in its metadata: only the gates say it."""
+    if REWRITTEN_BY not in call.metadata:
+        return call
+    return attrs.evolve(call, metadata={k: v for k, v in call.metadata.items() if k != REWRITTEN_BY})
+
+
 def _vetoed(call: ToolCall, reason: str, plugin: str | None, kind: ErrorKind = "vetoed") -> ToolResult:
     result = error_result(call, f"vetoed: {reason}", kind)
     if plugin is not None:
@@ -202,6 +209,7 @@ class Invoker:
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
                 approver: Approver | None, cancel: CancelToken | None,
                 progress: Callable[..., Any] | None = None) -> ToolResult:
+        call = _as_given(call)
         found = self._registry.lookup(call.name)
         self._pm.notify("nexus_tool_call_start", call=call, tool=found[0] if found is not None else None)
         if found is None:
@@ -249,6 +257,7 @@ class Invoker:
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
         """An error result for a call that is not run (`Nexus.refuse`): announced to
         `nexus_tool_call_start` like any call, then through the result gates and observers."""
+        call = _as_given(call)
         tool = self._registry.get(call.name)
         self._pm.notify("nexus_tool_call_start", call=call, tool=tool)
         return self._refuse(call, tool, error, kind)
@@ -320,10 +329,8 @@ class Invoker:
         """The call gates' verdict: the (maybe rewritten) call and, when refused, the error result."""
         verdict = self._pm.gate("nexus_before_tool_invoke", CALL_GATES, call, lambda c: {"call": c, "tool": tool},
                                 self._approval(tool, approver))
-        if verdict.replaced_by or REWRITTEN_BY in call.metadata:  # said by the gates only, never by a caller
-            rewritten = {k: v for k, v in verdict.subject.metadata.items() if k != REWRITTEN_BY}
-            if verdict.replaced_by:
-                rewritten[REWRITTEN_BY] = list(verdict.replaced_by)
+        if verdict.replaced_by:
+            rewritten = {**verdict.subject.metadata, REWRITTEN_BY: list(verdict.replaced_by)}
             verdict = attrs.evolve(verdict, subject=attrs.evolve(verdict.subject, metadata=rewritten))
         if verdict.refusal is None:
             return verdict.subject, None
