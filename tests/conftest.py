@@ -30,6 +30,7 @@ PACKAGES = {
     "nexus-rt-provider-openai": REPO / "nexus_provider_openai",
     "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
     "nexus-rt-provider-gemini": REPO / "nexus_provider_gemini",
+    "nexus-rt-durable": REPO / "nexus_durable",
 }
 
 

@@ -50,6 +50,7 @@ PACKAGES = {
     "nexus_provider_anthropic": ("nexus_provider_anthropic", {"nexus.provider.anthropic"}),
     "nexus_provider_gemini": ("nexus_provider_gemini", {"nexus.provider.gemini"}),
     "nexus_otel": ("nexus_otel", {"nexus.otel"}),
+    "nexus_durable": ("nexus_durable", {"nexus.durable"}),
     "examples/nexus-rt-example-units": ("nexus_example_units", {"nexus.example.units"}),
     "examples/nexus-rt-example-gate": ("nexus_example_gate", {"nexus.example.gate"}),
 }
@@ -162,11 +163,14 @@ STRICT_FLAGS = {"disallow_any_generics", "disallow_subclassing_any", "disallow_u
                 "no_implicit_reexport", "strict_equality", "extra_checks"}
 
 
-def test_nexus_core_is_type_checked_strictly() -> None:
-    """test_packages_type_check runs mypy with these settings: nexus_core under every strict flag."""
+@pytest.mark.parametrize("package", ["nexus_core", "nexus_tool_code_exec"])
+def test_the_core_and_run_code_are_type_checked_strictly(package: str) -> None:
+    """test_packages_type_check runs mypy with these settings: nexus_core and nexus_tool_code_exec
+    (which runs untrusted code, and whose three processes speak a typed protocol) under every
+    strict flag."""
     mypy = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
-    core = [o for o in mypy.get("overrides", []) if "nexus_core.*" in o.get("module", [])]
-    assert core and all(core[0].get(flag) is True for flag in STRICT_FLAGS), core
+    strict = [o for o in mypy.get("overrides", []) if f"{package}.*" in o.get("module", [])]
+    assert strict and all(strict[0].get(flag) is True for flag in STRICT_FLAGS), strict
     assert mypy.get("warn_unused_ignores") and mypy.get("warn_redundant_casts")
 
 

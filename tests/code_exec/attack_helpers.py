@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.spares import SPARES
 from nexus_tool_code_exec.host.runner import STOP_GRACE
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 

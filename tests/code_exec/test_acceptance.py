@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.spares import SPARES
 from proc_helpers import descendants, group_members, process_table, wait_until
 
 from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl

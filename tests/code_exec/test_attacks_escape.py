@@ -208,9 +208,10 @@ def test_traceback_frame_walk_to_the_runtime_globals(rng: Range) -> None:
 
 def test_sys_getframe_walk_up_into_the_zygote(rng: Range) -> None:
     """With sys reached, sys._getframe() walks past the runtime into the zygote's own frames
-    (the child is a fork of it): its control socket to the host, the host's ends of this
-    child's pipes, its fork_child closure, the pids of its other children. Every fd there was
-    closed before the script ran, every pid belongs to another uid, /tmp is not writable."""
+    (the child is a fork of it): the `Zygote` object (its control socket to the host, its send,
+    its fork_child, the pids of its other children) and the host's ends of this child's pipes.
+    Every fd there was closed before the script ran, every pid belongs to another uid, /tmp is
+    not writable."""
     attack = rng.attack("""\
         def run(ctx):
             sys = json.codecs.sys
@@ -219,17 +220,17 @@ def test_sys_getframe_walk_up_into_the_zygote(rng: Range) -> None:
             while frame is not None:
                 frames.setdefault(frame.f_code.co_name, frame.f_locals)
                 frame = frame.f_back
-            zygote, forking = frames["zygote_main"], frames["fork_child"]
+            zygote, forking = frames["serve_host"]["self"], frames["fork_child"]
             found = attack_all(lambda name: sys.modules[name])
             found["frames"] = sorted(frames)
             kill = ('{"t": "kill", "pid": %d}' % os.getppid()).encode() + b"\\n"
-            attempt(found, "ctrl_sendall", lambda: zygote["ctrl"].sendall(kill))
-            attempt(found, "ctrl_fd_write", lambda: os.write(zygote["ctrl_fd"], kill))
-            attempt(found, "zygote_send", lambda: zygote["send"]({"t": "ready", "pid": HOST_PID}))
+            attempt(found, "ctrl_sendall", lambda: zygote.ctrl.sendall(kill))
+            attempt(found, "ctrl_fd_write", lambda: os.write(zygote.ctrl.fileno(), kill))
+            attempt(found, "zygote_send", lambda: zygote.send({"t": "ready", "pid": HOST_PID}))
             attempt(found, "host_pipe_write", lambda: os.write(forking["to_child_w"], b"x"))
             attempt(found, "host_pipe_read", lambda: os.read(forking["from_child_r"], 10))
-            attempt(found, "fork_child", lambda: zygote["fork_child"]())
-            siblings = sorted(set(zygote["children"]) - {os.getpid()})
+            attempt(found, "fork_child", lambda: zygote.fork_child())
+            siblings = sorted(set(zygote.children) - {os.getpid()})
             for pid in siblings:
                 attempt(found, "kill_sibling", lambda: os.kill(pid, 9))
             if not siblings:
@@ -242,7 +243,7 @@ def test_sys_getframe_walk_up_into_the_zygote(rng: Range) -> None:
                        # its mkdtemp targets the zygote's scratch root, outside this child's own folder
                        fork_child=re.compile(re.escape(EACCES) + r": '/tmp/nexus-run-\w+/run-\w+'"),
                        kill_sibling=EPERM)
-    assert {"run", "run_script", "serve", "_child_after_fork", "fork_child", "zygote_main"} <= set(
+    assert {"run", "run_script", "serve", "_child_after_fork", "fork_child", "serve_host", "zygote_main"} <= set(
         attack.found["frames"])
     assert attack.result.error == attack.final_error(SIGNALS)
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from host_watch import HostWatch
 from nexus_core.testing import NexusFactory
-from nexus_tool_code_exec.host import cleanup
-from nexus_tool_code_exec.host.cleanup import janitor, remove_tree
+from nexus_tool_code_exec.launchers import cleanup
+from nexus_tool_code_exec.launchers.cleanup import janitor, remove_tree
 from nexus_tool_code_exec.host.session import PENDING_PREFIX, FolderMaker
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 from proc_helpers import open_fds, wait_until

@@ -17,7 +17,7 @@ from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec import engine_for, protocol
 from nexus_tool_code_exec.child import runtime
 from nexus_tool_code_exec.host import fastpath, runner
-from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.spares import SPARES
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
 from proc_helpers import descendants, lift_idle, wait_until
 

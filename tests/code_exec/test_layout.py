@@ -24,7 +24,7 @@ ALLOWED = {
     "child": {"protocol", "child", "sandbox", "attrs", "cattrs", "_nexus_rt"},  # (child.runtime, by its name in the child)
     "zygote": {"protocol", "child", "sandbox", "zygote", "attrs", "cattrs"},
     "sandbox": {"protocol", "sandbox", "attrs"},
-    "launchers": {"protocol", "launchers", "host.fastpath", "host.cleanup", "attrs"},
+    "launchers": {"protocol", "sandbox", "launchers", "attrs"},  # nothing of the host's: see below
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from nexus_core.testing import NexusFactory, assert_error, assert_ok
-from nexus_tool_code_exec.host.fastpath import SPARES
+from nexus_tool_code_exec.launchers.spares import SPARES
 from proc_helpers import alive, descendants, group_members, wait_until
 
 from nexus_core import Nexus, ToolDef, hookimpl

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: every module of nexus_core, by layer (a new module must be placed here)
 LAYERS: list[set[str]] = [
     {  # leaves: models, schemas, JSON, markers; nothing that knows plugins
-        "_cancel", "_content", "_converter", "_docstrings", "_errors", "_httpstop", "_markers", "_models", "_regex", "_results",
+        "_cancel", "_content", "_converter", "_docstrings", "_durability", "_errors", "_httpstop", "_markers", "_models", "_regex", "_results",
         "_schema", "_typeschema", "_yaml", "hookspecs", "adapters", "adapters._calls", "adapters._common",
         "adapters._declare", "adapters._gemini", "adapters._jsonschema", "adapters._replies", "adapters._strict",
         "content", "terminal", "wire", "supervisor", "_subreaper",

@@ -5,6 +5,7 @@
 
 from ._cancel import CancelToken as CancelToken
 from ._config import ConfigError as ConfigError
+from ._durability import Durability as Durability
 from ._markers import hookimpl as hookimpl
 from ._markers import hookspec as hookspec
 from ._models import Answer as Answer

@@ -55,6 +55,7 @@ from ._results import error_result, normalize_result
 from ._schema import explain
 
 if TYPE_CHECKING:
+    from ._durability import Durability
     from ._nexus import Approver, Nexus
 
 log = logging.getLogger("nexus_core")
@@ -143,6 +144,18 @@ def _as_answer(question: Question, reply: Any) -> Answer:
 NO_APPROVER = "no one can answer here (give the Nexus, or the invoke, an approver)"
 
 
+def _ask_approver(question: Question, approver: Approver | None) -> Answer:
+    """`approver`'s answer to `question`, fail closed: no approver, one that raises or returns
+    something unusable, all come back as a refusal by "nobody"."""
+    if approver is None:
+        return Answer(False, NO_APPROVER, by="nobody")
+    try:
+        return _as_answer(question, approver(question))
+    except Exception as exc:
+        log.exception("the approver raised (call %s)", question.call.id)
+        return Answer(False, f"the approver failed ({describe_exception(exc)})", by="nobody")
+
+
 def denial_text(answer: Answer) -> str:
     if answer.by == "nobody":
         return answer.text or NO_APPROVER
@@ -218,7 +231,7 @@ class Invoker:
         if cancel is not None and cancel.cancelled:  # stopped before anything ran (or asked)
             return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
 
-        call, refused = self._gate_call(call, tool, approver)
+        call, refused = self._gate_call(call, tool, approver, cancel)
         if refused is not None:
             return self._finish(call, refused, tool)
         self._running[call.id] = call  # as the gates left it: what an inner call's question shows
@@ -233,25 +246,38 @@ class Invoker:
 
         if cancel is not None and cancel.cancelled:  # stopped while a person decided, say
             return self._refuse(call, tool, _cancelled_text(call, cancel), "cancelled")
-        try:
-            if tool.takes_context:
-                ctx = CallContext(
-                    call_id=call.id,
-                    parent_call_id=call.parent_call_id,
-                    tool_name=call.name,
-                    answer=answer,
-                    data=dict(context or {}),
-                    nexus=self._nexus,
-                    approver=approver if approver is not None else self._nexus.approver,
-                    cancel=cancel if cancel is not None else CancelToken(),
-                    **({"progress": _reporter(progress, call)} if progress is not None else {}),
-                )
-                value = tool.handler(call.arguments, ctx)
-            else:
-                value = tool.handler(call.arguments)
-            result = normalize_result(value, call, typed=tool.output_schema is not None)
-        except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
-            result = error_result(call, describe_exception(exc), "exception")
+
+        def run(idempotency_key: str) -> ToolResult:
+            try:
+                if tool.takes_context:
+                    ctx = CallContext(
+                        call_id=call.id,
+                        parent_call_id=call.parent_call_id,
+                        tool_name=call.name,
+                        answer=answer,
+                        data=dict(context or {}),
+                        nexus=self._nexus,
+                        approver=approver if approver is not None else self._nexus.approver,
+                        cancel=cancel if cancel is not None else CancelToken(),
+                        idempotency_key=idempotency_key,
+                        **({"progress": _reporter(progress, call)} if progress is not None else {}),
+                    )
+                    value = tool.handler(call.arguments, ctx)
+                else:
+                    value = tool.handler(call.arguments)
+                return normalize_result(value, call, typed=tool.output_schema is not None)
+            except (Exception, SystemExit) as exc:  # a tool calling sys.exit() must not end the host
+                return error_result(call, describe_exception(exc), "exception")
+
+        durability = self._nexus.durability
+        if durability is None:
+            result = run(call.id)
+        else:
+            try:
+                result = durability.run_handler(call, tool, run)
+            except Exception as exc:
+                log.exception("the durable backend failed to run call %s (%s)", call.id, call.name)
+                result = error_result(call, f"the durable backend failed ({describe_exception(exc)})", "failure")
         return self._finish(call, result, tool)
 
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
@@ -282,10 +308,11 @@ class Invoker:
 
     # -- asking a person --------------------------------------------------------------------
 
-    def ask(self, question: Question, approver: Approver | None = None) -> Answer:
+    def ask(self, question: Question, approver: Approver | None = None, cancel: CancelToken | None = None) -> Answer:
         """Put `question` to `approver` (else the Nexus's), announced to `nexus_ask_start` and
         `nexus_ask_end`. Never raises for the approver's failure: no approver, one that raises
-        or returns something unusable, all come back as a refusal (fail closed)."""
+        or returns something unusable, all come back as a refusal (fail closed). `cancel` is the
+        asking call's token, which a durable backend's wait ends on."""
         if approver is None:
             approver = self._nexus.approver
         if not question.chain and question.call.parent_call_id is not None:
@@ -293,26 +320,39 @@ class Invoker:
         self._pm.notify("nexus_ask_start", question=question)
         answer = Answer(False, "the question was abandoned", by="nobody")
         try:
-            if approver is None:
-                answer = Answer(False, NO_APPROVER, by="nobody")
+            durability = self._nexus.durability
+            if durability is not None and question.kind == "approval":
+                answer = self._await_durably(durability, question, approver, cancel)
             else:
-                try:
-                    answer = _as_answer(question, approver(question))
-                except Exception as exc:
-                    log.exception("the approver raised (call %s)", question.call.id)
-                    answer = Answer(False, f"the approver failed ({describe_exception(exc)})", by="nobody")
+                answer = _ask_approver(question, approver)
         finally:
             self._pm.notify("nexus_ask_end", question=question, answer=answer)
         return answer
 
-    def _approval(self, tool: ToolDef, approver: Approver | None) -> Any:
+    @staticmethod
+    def _await_durably(durability: Durability, question: Question, approver: Approver | None,
+                       cancel: CancelToken | None) -> Answer:
+        """The durable backend's answer (it stores the approval, answerable from anywhere); a
+        backend that fails, or answers with something other than an `Answer`, refuses."""
+        ask_here = (lambda: _ask_approver(question, approver)) if approver is not None else None
+        try:
+            answer = durability.await_answer(question, ask_here, cancel)
+        except Exception as exc:
+            log.exception("the durable backend failed to wait for an approval (call %s)", question.call.id)
+            return Answer(False, f"the durable backend failed ({describe_exception(exc)})", by="nobody")
+        if not isinstance(answer, Answer):
+            return Answer(False, f"the durable backend answered {type(answer).__name__}, not an Answer", by="nobody")
+        return answer
+
+    def _approval(self, tool: ToolDef, approver: Approver | None, cancel: CancelToken | None = None) -> Any:
         """What the call gates' `approve` is for this call: the approver's answer to every
         asking gate's question at once, and the reason of a denial."""
 
         def approve(call: ToolCall, asks: tuple[tuple[str, Ask], ...]) -> tuple[Answer, str | None]:
             plugins = tuple(dict.fromkeys(p for p, _ in asks))
             questions = tuple(dict.fromkeys(a.question for _, a in asks))
-            answer = self.ask(Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool), approver)
+            answer = self.ask(Question("approval", call, "\n".join(questions), asked_by=plugins, tool=tool), approver,
+                              cancel)
             if answer.approved:
                 return answer, None
             if answer.by == "nobody":
@@ -324,11 +364,11 @@ class Invoker:
 
     # -- gates ------------------------------------------------------------------------------
 
-    def _gate_call(self, call: ToolCall, tool: ToolDef,
-                   approver: Approver | None = None) -> tuple[ToolCall, ToolResult | None]:
+    def _gate_call(self, call: ToolCall, tool: ToolDef, approver: Approver | None = None,
+                   cancel: CancelToken | None = None) -> tuple[ToolCall, ToolResult | None]:
         """The call gates' verdict: the (maybe rewritten) call and, when refused, the error result."""
         verdict = self._pm.gate("nexus_before_tool_invoke", CALL_GATES, call, lambda c: {"call": c, "tool": tool},
-                                self._approval(tool, approver))
+                                self._approval(tool, approver, cancel))
         if verdict.replaced_by:
             rewritten = {**verdict.subject.metadata, REWRITTEN_BY: list(verdict.replaced_by)}
             verdict = attrs.evolve(verdict, subject=attrs.evolve(verdict.subject, metadata=rewritten))

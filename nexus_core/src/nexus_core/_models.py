@@ -235,6 +235,15 @@ class CallContext:
     #: it does nothing. It never raises, whatever the receiver does. Not inherited: the calls this
     #: call makes report on scales of their own, so they report to nobody unless given one.
     progress: Callable[..., None] = attrs.field(default=_no_progress, repr=False)
+    #: a key that stays the same when this call is run again for the same request, for a tool
+    #: that changes something outside to do it once (an idempotency key to a payment API, a
+    #: row's unique id): the call id, unless a durable backend (nexus.durable) gives the key of
+    #: the recorded call it runs again after its host was killed (docs/durable.md)
+    idempotency_key: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.idempotency_key:
+            object.__setattr__(self, "idempotency_key", self.call_id)
 
 
 @attrs.frozen

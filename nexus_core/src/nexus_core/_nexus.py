@@ -17,6 +17,7 @@ import pluggy
 
 from ._cancel import CancelToken
 from ._config import ConfigError, InvalidPluginSchema, NexusConfig, load_config
+from ._durability import Durability
 from ._invoke import Invoker
 from ._llm import ModelCall, ModelRequest, ModelResponse, ProviderRegistry, complete
 from ._models import Answer, ErrorKind, Question, ToolCall, ToolDef, ToolResult
@@ -85,6 +86,9 @@ class Nexus:
             left_out=lambda: {i.name: i.status for i in self.plugins() if i.status != "active"})
         #: who answers when a gate asks or the question tool asks, unless an invoke names its own
         self.approver: Approver | None = approver
+        #: the durable backend (a plugin sets it: `set_durability`), or None: approvals are put to
+        #: the approver in the asking thread and handlers run in place
+        self.durability: Durability | None = None
         self._invoker = Invoker(self, self._pm, self._registry)
         self._failures: list[PluginFailure] = []
         self._skipped: list[PluginInfo] = []
@@ -105,6 +109,8 @@ class Nexus:
             self._start_plugins(self._plugin_names(), strict=set(host))
             for obj in tools:
                 self.add_tool(obj)
+            if self.durability is not None:
+                self.durability.started()
         except BaseException:
             self.close()  # what started must stop, or a plugin's processes outlive a failed start
             raise
@@ -431,6 +437,17 @@ class Nexus:
             return error_result(call, f"cannot call {call.name}: this Nexus is closed", "cancelled")
         return self._invoker.invoke_call(call, context=context, answer=answer, approver=approver, cancel=cancel,
                                          progress=progress)
+
+    def set_durability(self, backend: Durability) -> None:
+        """Make `backend` this Nexus's durable backend (see `nexus_core.Durability`): a plugin
+        calls it from its `configure`. Raises ValueError when another backend is set already: two
+        could each run a recovered call."""
+        if not isinstance(backend, Durability):
+            raise TypeError(f"a durable backend implements nexus_core.Durability, not {type(backend).__name__}")
+        if self.durability is not None and self.durability is not backend:
+            raise ValueError(f"this Nexus has a durable backend already ({type(self.durability).__name__}); "
+                             "one backend per Nexus")
+        self.durability = backend
 
     def ask(self, question: Question, approver: Approver | None = None) -> Answer:
         """Ask the person behind the front end (`approver`, else the Nexus's) and return the

@@ -92,11 +92,17 @@ class CliState:
         """The session folder the config and `--workspace` name, read without opening a Nexus
         (no plugin starts): for commands that only read records, such as `nexus runs`. Raises
         ConfigError for bad config, and for a config that needs trust and has none."""
+        return Path(self.loaded_config().session_dir)
+
+    def loaded_config(self) -> NexusConfig:
+        """The config the global options name, read and checked without opening a Nexus (no
+        plugin starts; plugin sections are not checked yet: `NexusConfig.validate_plugin_section`
+        checks one against its plugin's schema). For commands that only read or answer records,
+        such as `nexus runs` and `nexus approvals`. Raises ConfigError like `session_dir`."""
         if self.distribution is not None:  # installed, so trusted; its relative paths from here
-            return Path(_load_checked_config(self.distribution.config, self.workspace, trusted=True,
-                                             base=Path.cwd()).session_dir)
+            return _load_checked_config(self.distribution.config, self.workspace, trusted=True, base=Path.cwd())
         source, found = self.config_choice()
-        return Path(_load_checked_config(source, self.workspace, trusted=self.trust_config, found=found).session_dir)
+        return _load_checked_config(source, self.workspace, trusted=self.trust_config, found=found)
 
     def open(self, ctx: click.Context) -> Nexus:
         if self._nexus is None:

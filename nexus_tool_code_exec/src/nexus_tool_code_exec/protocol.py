@@ -10,7 +10,10 @@ the types are the constants below, the fields the TypedDicts. One framing serves
 `PipeReader` to read a pipe whose next message is usually microseconds away.
 
 What the child sends is untrusted: the host reads it through a `LineReader` with a size limit and
-checks every field it uses. The host is trusted by the zygote and the child.
+then `read_child`, which checks every field once, as the message's contract (its TypedDict's
+docstring) says, and turns it into that typed message or a `ProtocolError` that ends the run.
+The host is trusted by the zygote and the child; the zygote's messages and the host's requests to
+it are read the same way (`read_zygote`, `read_zygote_request`), so that a bug is a clear error.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from typing import Any, Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, TypeGuard
 
 #: a decoded message, before its fields are checked
 Message = dict[str, Any]
@@ -61,6 +64,7 @@ RUNTIME: Final = "runtime"  # the script raised
 UNSERIALIZABLE: Final = "result"  # run's return value is not JSON
 TOO_LARGE: Final = "result_size"  # run's return value is larger than max_result_bytes
 SANDBOX: Final = "sandbox"  # the child could not isolate itself; the script never ran
+ERROR_KINDS: Final = frozenset((MEMORY, RUNTIME, UNSERIALIZABLE, TOO_LARGE, SANDBOX))
 
 #: the file name the script's code carries (tracebacks and error lines name it)
 SCRIPT_FILENAME: Final = "script.py"
@@ -104,85 +108,198 @@ class BindingsPayload(TypedDict):
     signatures: dict[str, str]  # tool name -> its function's signature, for error messages
 
 
+# -- the messages -------------------------------------------------------------------------------
+#
+# Each message is a TypedDict, and its docstring is its contract (as hookspecs are the hooks'):
+# the first line says who sends it to whom and what for; then each field (`name`: what it means);
+# then what the receiver does with a bad value. tests/code_exec/test_protocol_contract.py keeps
+# this honest: every field is described, and the readers below accept exactly the fields each
+# TypedDict declares. The child is untrusted: the host reads each of its messages through
+# `read_child`, which checks every field once. The host trusts the zygote and the zygote the
+# host; their messages are read through `read_zygote` and `read_zygote_request` all the same, so
+# that a bug on either side is a clear error and not a KeyError somewhere later.
+
+
 class StartMessage(TypedDict):
+    """host -> child: run this script (the first message a child reads, and the only START).
+
+    - `call_id`: the run_code call's id, which the script reads as `ctx.call_id`.
+    - `script`: the script's source (tracebacks quote it; compiled where `code` is absent).
+    - `bindings_key`: which bindings these are (a child that has them compiled is sent none).
+    - `skills`: the active skills' helper modules: module name -> [(file name, source), ...].
+    - `max_workers`: how many of `parallel`'s callbacks run at once.
+    - `max_output_bytes`: the cap on stdout and stderr together, which the child honours.
+    - `max_result_bytes`: the cap on the JSON of run's return value.
+    - `timeout`: the wall-clock limit in seconds (the child's own timer sends WHERE near it).
+    - `bindings`: the `tools` module, left out for a child that has it compiled.
+    - `code`: the script as the host compiled it (absent, or of another bytecode version: the
+      child compiles `script`).
+
+    Bad values: the child trusts the host; a bad value is the host's bug, and the run fails with
+    the error it causes (a runtime error)."""
+
     t: Literal["start"]
     call_id: str
     script: str
     bindings_key: str
-    skills: dict[str, list[tuple[str, str]]]  # module name -> [(file name, source), ...]
+    skills: dict[str, list[tuple[str, str]]]
     max_workers: int
     max_output_bytes: int
     max_result_bytes: int
     timeout: float
-    bindings: NotRequired[BindingsPayload]  # `tools`, left out for a child that has it compiled
-    code: NotRequired[CompiledCode]  # the script as the host compiled it (absent: compile the source)
+    bindings: NotRequired[BindingsPayload]
+    code: NotRequired[CompiledCode]
 
 
 class ResultMessage(TypedDict):
+    """host -> child: the answer to the CALL of the same `id`.
+
+    - `id`: the call's id, as the child sent it.
+    - `result`: what the child needs of the ToolResult (only the fields that are set).
+    - `spin`: the child runs on CPUs of its own now: it may poll for the answers that follow.
+
+    Bad values: the child trusts the host; an answer to no call it waits for is dropped."""
+
     t: Literal["result"]
-    id: Any  # the call's id, as the child sent it
+    id: int
     result: CallResult
-    spin: NotRequired[bool]  # the child runs on CPUs of its own now: it may poll for the answers that follow
+    spin: NotRequired[bool]
 
 
 class CallMessage(TypedDict):
+    """child -> host: call the tool `name` with `args`; the child waits for the RESULT of its `id`.
+
+    - `id`: the call's number, which its RESULT carries back (a 64-bit integer; the runtime counts
+      from 1, and the host only echoes it).
+    - `name`: the tool's name, as the script's binding calls it (the host answers only the tools
+      bound for this script; any other name is refused as an unknown tool).
+    - `args`: the arguments object.
+    - `p`: made inside `parallel`: the host may answer it concurrently with others (absent: false).
+    - `line`: the script's line that made it (only shown: on the call's `metadata["script_line"]`).
+    - `g`: which `parallel` call made it (1, 2, ... in the script; only shown, in calls.jsonl).
+
+    Bad values: a bad `id`, `name`, `args` or `p`, or a field not listed, ends the run with a
+    protocol error; `line` and `g` are only shown, so a bad one is left off (and a `line` that
+    is not one of the script's is not put on the call)."""
+
     t: Literal["call"]
     id: int
     name: str
     args: dict[str, Any]
-    p: bool  # made inside parallel: the host may answer it concurrently with others
-    line: NotRequired[int]  # the script's line that made it (what the child says: untrusted)
-    g: NotRequired[int]  # which parallel call made it (1, 2, ... in the script): for the run's record
+    p: NotRequired[bool]
+    line: NotRequired[int]
+    g: NotRequired[int]
 
 
 class OutMessage(TypedDict):
+    """child -> host: output the script wrote (a piece of it: the child sends what is pending at
+    a newline, or at OUTPUT_CHUNK characters).
+
+    - `s`: the stream, "stdout" or "stderr".
+    - `d`: the text.
+    - `truncated`: on the message where max_output_bytes cut the output.
+    - `held`: on the message that filled the head: the rest is held for the tail.
+    - `dropped`: on the first message of the tail: how many bytes were dropped before it.
+
+    Bad values: a message whose `s` names no stream or whose `d` is not text is dropped (counted
+    against the run's budget like any other); a bad `truncated`, `held` or `dropped`, or a field
+    not listed, ends the run with a protocol error."""
+
     t: Literal["out"]
     s: Literal["stdout", "stderr"]
     d: str
-    truncated: NotRequired[bool]  # on the message where max_output_bytes cut the output
-    held: NotRequired[bool]  # on the message that filled the head: the rest is held for the tail
-    dropped: NotRequired[int]  # on the first message of the tail: the bytes dropped before it
-
-
-class DoneMessage(TypedDict):
-    t: Literal["done"]
-    result: str  # run's return value, as JSON text
-    truncated: bool
-
-
-class ErrorMessage(TypedDict):
-    t: Literal["error"]
-    kind: str  # one of the kinds above
-    message: str
-    traceback: NotRequired[str]
-    line: NotRequired[int]  # the script's line that was running (a memory error)
+    truncated: NotRequired[bool]
+    held: NotRequired[bool]
+    dropped: NotRequired[int]
 
 
 class WhereMessage(TypedDict):
+    """child -> host: near the deadline, the script's line that is running now (for the timeout's
+    message).
+
+    - `line`: that line (only shown).
+
+    Bad values: a bad `line` is left off (the message then says nothing); a field not listed
+    ends the run with a protocol error."""
+
     t: Literal["where"]
-    line: int  # the script's line running when the child's timer fired (near the deadline)
+    line: NotRequired[int]
+
+
+class DoneMessage(TypedDict):
+    """child -> host: the end: the script returned (the child exits next).
+
+    - `result`: run's return value, as JSON text (the host parses it and checks its size).
+    - `truncated`: output was lost past max_output_bytes (absent: false).
+
+    Bad values: a `result` that is not text, a bad `truncated`, or a field not listed, ends the
+    run with a protocol error; text that is not JSON, or is longer than max_result_bytes, is the
+    run's error ("result is not JSON-serializable: ...")."""
+
+    t: Literal["done"]
+    result: str
+    truncated: NotRequired[bool]
+
+
+class ErrorMessage(TypedDict):
+    """child -> host: the end: what went wrong (the child exits next).
+
+    - `kind`: one of ERROR_KINDS: the address-space limit, the script raised, run's return value
+      is not JSON or is too large, the sandbox could not be set up.
+    - `message`: what the run's error says after its prefix.
+    - `traceback`: the script's traceback (for the run's record).
+    - `line`: the script's line that was running (a memory error; only shown).
+
+    Bad values: a `kind` not in ERROR_KINDS, a `message` or `traceback` that is not text, or a
+    field not listed, ends the run with a protocol error; a bad `line` is left off."""
+
+    t: Literal["error"]
+    kind: str
+    message: str
+    traceback: NotRequired[str]
+    line: NotRequired[int]
 
 
 class ReadyMessage(TypedDict):
+    """zygote -> host: the zygote is up (its first message).
+
+    - `pid`: the zygote's pid.
+
+    Bad values: the host takes the zygote for broken (it did not start)."""
+
     t: Literal["ready"]
     pid: int
 
 
 class SpareMessage(TypedDict):
+    """zygote -> host: a child forked ahead, isolating itself and then waiting for a script; its
+    two pipe ends are passed with the message (the host's read end, then its write end).
+
+    - `pid`: the child's pid (= its process group).
+    - `scratch`: its scratch folder.
+    - `key`: the bindings it has compiled ("" for none).
+    - `idle`: it runs under SCHED_IDLE until the host lifts that.
+    - `replaces`: the spare whose run ended, for which this one was forked (null: none).
+
+    Bad values: the host takes the zygote for broken (and starts another when a run needs one)."""
+
     t: Literal["spare"]
     pid: int
     scratch: str
-    key: str  # the bindings it has compiled ("" for none)
-    idle: bool  # it runs under SCHED_IDLE until the host lifts that
-    replaces: int | None  # the spare whose run ended, for which this one was forked
-
-
-class TrashMessage(TypedDict):
-    t: Literal["trash"]
-    paths: list[str]  # scratch folders their scripts changed, renamed out of the way: the host removes them
+    key: str
+    idle: bool
+    replaces: int | None
 
 
 class ForkedMessage(TypedDict):
+    """zygote -> host: the child a FORK asked for; its pipe ends are passed with the message.
+
+    - `req`: the FORK's number.
+    - `pid`: the child's pid.
+    - `scratch`: its scratch folder.
+
+    Bad values: the host takes the zygote for broken."""
+
     t: Literal["forked"]
     req: int
     pid: int
@@ -190,26 +307,73 @@ class ForkedMessage(TypedDict):
 
 
 class ExitMessage(TypedDict):
+    """zygote -> host: a child the host had killed (KILL) ended.
+
+    - `pid`: the child's pid.
+    - `status`: its exit status, as subprocess reports it: negative for a signal.
+    - `cpu`: the CPU seconds it used.
+
+    Bad values: the host takes the zygote for broken."""
+
     t: Literal["exit"]
     pid: int
-    status: int  # as subprocess reports it: negative for a signal
-    cpu: float  # CPU seconds it used
+    status: int
+    cpu: float
+
+
+class TrashMessage(TypedDict):
+    """zygote -> host: scratch folders their scripts changed, renamed out of the way as their
+    children were reaped: the host removes them.
+
+    - `paths`: the folders (the host removes only those directly below the zygote's scratch root).
+
+    Bad values: the host takes the zygote for broken."""
+
+    t: Literal["trash"]
+    paths: list[str]
 
 
 class ForkMessage(TypedDict):
+    """host -> zygote: fork a child now (no spare at hand: more runs at once than spares).
+
+    - `req`: the request's number, which the FORKED answering it carries.
+
+    Bad values: the zygote takes the host for broken: it kills its children and exits."""
+
     t: Literal["fork"]
     req: int
 
 
 class KillMessage(TypedDict):
+    """host -> zygote: kill that child's process group; its EXIT follows.
+
+    - `pid`: the child's pid (the zygote kills only its own children, not yet reaped).
+
+    Bad values: the zygote takes the host for broken: it kills its children and exits."""
+
     t: Literal["kill"]
     pid: int
 
 
 class PreloadMessage(TypedDict):
+    """host -> zygote: compile (never run) these bindings once, for every child forked from now on.
+
+    - `key`: which bindings these are (the SPAREs forked since carry it).
+    - `bindings`: the `tools` module, compiled by the zygote and executed only by each child,
+      inside its sandbox.
+
+    Bad values: the zygote takes the host for broken: it kills its children and exits (bindings
+    that do not compile are no bad value: children compile what they use themselves)."""
+
     t: Literal["preload"]
     key: str
-    bindings: BindingsPayload  # compiled by the zygote, executed only by each child, inside its sandbox
+    bindings: BindingsPayload
+
+
+#: what the host reads from a child, from the zygote, and what the zygote reads from the host
+ChildMessage = CallMessage | OutMessage | WhereMessage | DoneMessage | ErrorMessage
+ZygoteMessage = ReadyMessage | SpareMessage | ForkedMessage | ExitMessage | TrashMessage
+ZygoteRequest = ForkMessage | KillMessage | PreloadMessage
 
 
 class ChildLimits(TypedDict):
@@ -334,8 +498,185 @@ def _parse(line: bytes | bytearray) -> Any:
     return value
 
 
-class FramingError(Exception):
+# -- reading messages: every field checked once -------------------------------------------------
+
+
+class ProtocolError(Exception):
+    """What arrived is not the protocol: the words say what was wrong (never the whole of what
+    came: a field's value is shown at most SHOWN_CHARS long)."""
+
+
+class FramingError(ProtocolError):
     """What arrived is not a message: the words say what it is instead."""
+
+
+#: the longest piece of a bad value an error shows
+SHOWN_CHARS = 40
+#: a call's id is a 64-bit integer (the runtime counts from 1; the host only echoes it back)
+MIN_CALL_ID, MAX_CALL_ID = -(1 << 63), (1 << 63) - 1
+
+
+def shown(value: Any) -> str:
+    """A value as an error shows it: its repr, cut to SHOWN_CHARS (a child may send megabytes)."""
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    text = repr(value[:SHOWN_CHARS + 1] if isinstance(value, str) else value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+def _plain_int(value: Any) -> TypeGuard[int]:
+    return type(value) is int  # JSON's true and false are bools, which are ints to Python
+
+
+def _extra(msg: Message, fields: frozenset[str], what: str) -> None:
+    """Refuse a field the message's TypedDict does not declare."""
+    if not msg.keys() <= fields:
+        unknown = sorted(k for k in msg if k not in fields)
+        raise ProtocolError(f"{what} with a field it does not have ({shown(unknown[0])})")
+
+
+def _shown_line(msg: Message) -> None:
+    """`line` is only shown: one that is not a positive integer is left off."""
+    if "line" in msg and not (_plain_int(line := msg["line"]) and line > 0):
+        del msg["line"]
+
+
+def _flag(msg: Message, key: str, what: str) -> None:
+    if key in msg and type(msg[key]) is not bool:
+        raise ProtocolError(f"{what}'s {key!r} must be true or false, not {shown(msg[key])}")
+
+
+_CALL_FIELDS = frozenset(CallMessage.__annotations__)
+_OUT_FIELDS = frozenset(OutMessage.__annotations__)
+_WHERE_FIELDS = frozenset(WhereMessage.__annotations__)
+_DONE_FIELDS = frozenset(DoneMessage.__annotations__)
+_ERROR_FIELDS = frozenset(ErrorMessage.__annotations__)
+_STREAMS = frozenset(("stdout", "stderr"))
+
+
+def _read_call(msg: Message) -> CallMessage:
+    # written out (not through the helpers below): one is read per inner call
+    rid, name, args = msg.get("id"), msg.get("name"), msg.get("args")
+    if (type(rid) is not int or not MIN_CALL_ID <= rid <= MAX_CALL_ID or type(name) is not str
+            or type(args) is not dict):
+        raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
+    if not msg.keys() <= _CALL_FIELDS:
+        _extra(msg, _CALL_FIELDS, "a call")
+    if "p" in msg and type(msg["p"]) is not bool:
+        raise ProtocolError(f"a call's 'p' must be true or false, not {shown(msg['p'])}")
+    if "line" in msg and (type(line := msg["line"]) is not int or line <= 0):
+        del msg["line"]  # only shown: left off
+    if "g" in msg and (type(group := msg["g"]) is not int or group <= 0):
+        del msg["g"]
+    return msg  # type: ignore[return-value]
+
+
+def _read_out(msg: Message) -> OutMessage | None:
+    if not msg.keys() <= _OUT_FIELDS:
+        _extra(msg, _OUT_FIELDS, "output")
+    if len(msg) > 3 or "s" not in msg or "d" not in msg:  # a plain piece has t, s and d only
+        _flag(msg, "truncated", "output")
+        _flag(msg, "held", "output")
+        dropped = msg.get("dropped", 0)
+        if type(dropped) is not int or dropped < 0:
+            raise ProtocolError(f"output's 'dropped' must be a count of bytes, not {shown(dropped)}")
+    if msg.get("s") not in _STREAMS or type(msg.get("d")) is not str:
+        return None  # no stream of the script's, or no text: nothing to show (the budget counts it)
+    return msg  # type: ignore[return-value]
+
+
+def _read_where(msg: Message) -> WhereMessage:
+    _extra(msg, _WHERE_FIELDS, "a 'where'")
+    _shown_line(msg)
+    return msg  # type: ignore[return-value]
+
+
+def _read_done(msg: Message) -> DoneMessage:
+    _extra(msg, _DONE_FIELDS, "the end")
+    if type(msg.get("result")) is not str:
+        raise ProtocolError(f"the end's result must be JSON text, not {shown(msg.get('result'))}")
+    _flag(msg, "truncated", "the end")
+    return msg  # type: ignore[return-value]
+
+
+def _read_error(msg: Message) -> ErrorMessage:
+    _extra(msg, _ERROR_FIELDS, "an error")
+    kind = msg.get("kind")
+    if type(kind) is not str or kind not in ERROR_KINDS:
+        raise ProtocolError(f"an error of an unknown kind {shown(kind)}")
+    for key in ("message", "traceback"):
+        if (key in msg or key == "message") and type(msg.get(key)) is not str:
+            raise ProtocolError(f"an error's {key!r} must be text, not {shown(msg.get(key))}")
+    _shown_line(msg)
+    return msg  # type: ignore[return-value]
+
+
+_CHILD_READERS: dict[str, Callable[[Message], ChildMessage | None]] = {
+    CALL: _read_call, OUT: _read_out, WHERE: _read_where, DONE: _read_done, ERROR: _read_error,
+}
+
+
+def read_child(msg: Message) -> ChildMessage | None:
+    """A child's message (as `LineReader` decoded it) as the message it is, every field checked
+    as its TypedDict's contract says; None for one to drop (output of no stream). Raises
+    ProtocolError for anything else. The dict is checked in place (a field only shown and bad
+    is taken out of it), not copied."""
+    kind = msg.get("t")
+    reader = _CHILD_READERS.get(kind) if type(kind) is str else None
+    if reader is None:
+        raise ProtocolError(f"an unknown message type {shown(kind)}")
+    return reader(msg)
+
+
+def _need(msg: Message, what: str, **fields: type | tuple[type, ...]) -> None:
+    """Each of `fields` is in `msg` and of its type(s), and nothing else is (but "t")."""
+    for key, kinds in fields.items():
+        value = msg.get(key, _MISSING)
+        if value is _MISSING or not isinstance(value, kinds) or (type(value) is bool and bool not in (
+                kinds if isinstance(kinds, tuple) else (kinds,))):
+            raise ProtocolError(f"{what}'s {key!r} is {'missing' if value is _MISSING else shown(value)}")
+    if len(msg) != len(fields) + 1:
+        _extra(msg, frozenset(fields) | {"t"}, what)
+
+
+_MISSING: Any = object()
+
+#: the zygote's messages and the fields of each (checked by type; the zygote is trusted)
+_ZYGOTE_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    READY: {"pid": int},
+    SPARE: {"pid": int, "scratch": str, "key": str, "idle": bool, "replaces": (int, type(None))},
+    FORKED: {"req": int, "pid": int, "scratch": str},
+    EXIT: {"pid": int, "status": int, "cpu": (int, float)},
+    TRASH: {"paths": list},
+}
+#: the host's requests to the zygote
+_REQUEST_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    FORK: {"req": int},
+    KILL: {"pid": int},
+    PRELOAD: {"key": str, "bindings": dict},
+}
+
+
+def read_zygote(msg: Message) -> ZygoteMessage:
+    """A zygote's message, as the host reads it; ProtocolError for anything else."""
+    kind = msg.get("t")
+    fields = _ZYGOTE_FIELDS.get(kind) if type(kind) is str else None
+    if fields is None:
+        raise ProtocolError(f"an unknown message type {shown(kind)} from the zygote")
+    _need(msg, f"the zygote's {kind!r}", **fields)
+    if kind == TRASH and not all(type(path) is str for path in msg["paths"]):
+        raise ProtocolError("the zygote's 'trash' names a folder that is not a path")
+    return msg  # type: ignore[return-value]
+
+
+def read_zygote_request(msg: Message) -> ZygoteRequest:
+    """A host's request, as the zygote reads it; ProtocolError for anything else."""
+    kind = msg.get("t")
+    fields = _REQUEST_FIELDS.get(kind) if type(kind) is str else None
+    if fields is None:
+        raise ProtocolError(f"an unknown request type {shown(kind)} from the host")
+    _need(msg, f"the host's {kind!r}", **fields)
+    return msg  # type: ignore[return-value]
 
 
 class LineReader:

@@ -596,12 +596,16 @@ class ToolPiece:
         return self.function_stub + lines + ("\n\n" + self.stub_classes if self.stub_classes else "")
 
 
+def _reason_text(text: object) -> str:
+    return visible(_cut(str(text), 600))
+
+
 @attrs.define(eq=False)
 class LeftOut:
     """A tool that is not in the bindings, and why (its piece failed, or its name is another's)."""
 
     tool: ToolDef
-    reason: str = attrs.field(converter=lambda text: visible(_cut(str(text), 600)))
+    reason: str = attrs.field(converter=_reason_text)
 
 
 def _summary(description: str) -> str:

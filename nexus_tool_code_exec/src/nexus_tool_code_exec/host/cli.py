@@ -1,7 +1,8 @@
 """`nexus run SCRIPT.py` (runs in the host: the `nexus` command): a script through run_code from
 the command line, its output streamed live and the result JSON printed last; and `nexus runs` /
-`nexus runs show ID`, which read the runs' session records back (`runs`). Added to `nexus`
-through `nexus_register_commands`."""
+`nexus runs show ID`, which read the runs' session records back (`runs`); `nexus runs resume ID`,
+which finishes a run whose host stopped (journal.py); and `nexus replay CALL_ID` (replay.py). Added
+to `nexus` through `nexus_register_commands`."""
 
 from __future__ import annotations
 
@@ -135,3 +136,66 @@ def runs_show_command(ctx: click.Context, run_id: str, as_json: bool) -> int:
     else:
         click.echo(draw(run))
     return EXIT_OK
+
+
+@runs_command.command("resume", epilog="""\b
+Examples:
+  nexus runs resume call_3f2a""")
+@click.argument("run_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@click.pass_context
+def runs_resume_command(ctx: click.Context, run_id: str, as_json: bool) -> int:
+    """Finish the run ID, whose host stopped before it ended (`nexus runs` shows it running, and
+    its folder holds a journal): its script runs again, every inner call that completed answered
+    from the journal without running; one that was running is answered as possibly done; the
+    rest run. Exits 1 when the script fails."""
+    from .. import engine_for
+
+    nx = ctx.ensure_object(CliState).open(ctx)
+    engine = engine_for(nx)
+    if engine is None:
+        raise UsageError(f"run_code is not available: activate {PLUGIN_ID} in plugins.active")
+    try:
+        result = engine.resume(run_id)
+    except LookupError as exc:
+        waiting = ", ".join(engine.interrupted_runs()) or "none"
+        raise UsageError(f"{exc} (runs that can be resumed: {waiting})") from None
+    return print_result(result, as_json)
+
+
+@click.command("replay", epilog="""\b
+Examples:
+  nexus replay call_3f2a
+  nexus replay call_3f2a --script changed.py --json""")
+@click.argument("call_id", metavar="CALL_ID")
+@click.option("--script", "script_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Replay this script in place of the recorded one (to check a change).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def replay_command(ctx: click.Context, call_id: str, script_path: Path | None, as_json: bool) -> int:
+    """Re-run the recorded run_code call CALL_ID with every inner call answered from its record
+    (no tool runs, no gate asks), with the bindings of this config, and say whether it produced
+    the same result and the same calls. Exits 0 when both are the same, 1 when not."""
+    from .replay import ReplayError, replay
+    from .runs import find_run
+
+    script = None
+    if script_path is not None:
+        try:
+            script = script_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {script_path}: {exc}") from None
+    state = ctx.ensure_object(CliState)
+    run = find_run(state.session_dir(), call_id)  # the id, or the start of one
+    nx = state.open(ctx)
+    try:
+        report = replay(nx, run.id if run is not None else call_id, script)
+    except ReplayError as exc:
+        raise UsageError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.as_json(), indent=2, ensure_ascii=False, default=str))
+    else:
+        from .runs import escape
+
+        click.echo(escape(report.text()))
+    return EXIT_OK if report.same else EXIT_FAILED

@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from nexus_core import CallContext, CancelToken, Nexus, ToolDef, ToolResult
+from nexus_core import CallContext, CancelToken, Nexus, ToolCall, ToolDef, ToolResult
 
 from .. import protocol, sandbox
 from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
@@ -58,8 +58,6 @@ from .check import ScriptRejected, check_and_compile, skill_module_name, unfence
 from .fastpath import Seat
 from .runner import (
     CALLS_IN_FLIGHT_PER_WORKER,
-    DEFAULT_MAX_CHILD_BYTES,
-    DEFAULT_MAX_CHILD_MESSAGES,
     STOP_GRACE,
     MAX_CALLS_PAST_LIMIT,
     MAX_PENDING_CALL_BYTES,
@@ -68,6 +66,8 @@ from .runner import (
     ScriptRun,
     Settings,
 )
+from .journal import JOURNAL_FILE, FolderJournal, Journal, JournalBusy, MemoryJournal, in_use
+from .settings import CodeExecSettings
 from .session import SessionFiles, SessionStore, folder_for
 from .skill_helpers import MAX_HELPER_BYTES, MAX_HELPER_FILES, MAX_HELPERS_BYTES, read_helpers
 from .streaming import RECORD_BUDGET
@@ -244,25 +244,28 @@ class CodeExec:
     """run_code for one Nexus: made by that Nexus's `CodeExecPlugin`, whose hooks keep it
     current with that Nexus's tools and skills."""
 
-    def __init__(self, nexus: Nexus, config: dict[str, Any], plugin_id: str) -> None:
+    def __init__(self, nexus: Nexus, config: CodeExecSettings, plugin_id: str) -> None:
         self.nexus = nexus
         self.config = config
         self.plugin_id = plugin_id
         self.settings = Settings(
-            timeout_seconds=float(config["timeout_seconds"]),
-            max_output_bytes=int(config["max_output_bytes"]),
-            max_workers=int(config["max_workers"]),
-            max_tool_calls=int(config["max_tool_calls"]),
-            max_result_bytes=int(config["max_result_bytes"]),
-            # by default one second past the wall clock, so a busy loop meets the timeout (and
-            # its clear "timed out after Ns") first
-            cpu_seconds=float(config["cpu_seconds"] or int(config["timeout_seconds"]) + 1),
-            max_child_messages=int(config.get("max_child_messages", DEFAULT_MAX_CHILD_MESSAGES)),
-            max_child_bytes=int(config.get("max_child_bytes", DEFAULT_MAX_CHILD_BYTES)),
+            timeout_seconds=float(config.timeout_seconds),
+            max_output_bytes=config.max_output_bytes,
+            max_workers=config.max_workers,
+            max_tool_calls=config.max_tool_calls,
+            max_result_bytes=config.max_result_bytes,
+            cpu_seconds=float(config.cpu_limit),
+            max_child_messages=config.max_child_messages,
+            max_child_bytes=config.max_child_bytes,
+            suspend_after_seconds=(None if config.suspend_after_seconds is None
+                                   else float(config.suspend_after_seconds)),
         )
-        self.max_listed_tools = int(config.get("max_listed_tools", 30))
-        self.max_listed_bytes = int(config.get("max_listed_bytes", 65536))
-        self.max_text_bytes = int(config.get("max_text_bytes", 65536))
+        self.journaling = config.journal
+        #: run_code call ids being resumed from their journal (`resume`), until their run starts
+        self._resuming: set[str] = set()
+        self.max_listed_tools = config.max_listed_tools
+        self.max_listed_bytes = config.max_listed_bytes
+        self.max_text_bytes = config.max_text_bytes
         self.sessions = SessionStore()
         self._lock = threading.Lock()
         self._pieces = BindingsCache()
@@ -341,7 +344,7 @@ class CodeExec:
             example_tool=example_tool,
             example_field=example_field,
             max_workers=self.settings.max_workers,
-            allowed=", ".join(self.config["allowed_packages"]),
+            allowed=", ".join(self.config.allowed_packages),
             skills=skill_text,
             timeout=f"{self.settings.timeout_seconds:g}",
             text=min(self.max_text_bytes, self.settings.max_output_bytes + self.settings.max_result_bytes),
@@ -547,27 +550,91 @@ class CodeExec:
     # -- a run, top to bottom ------------------------------------------------------------------
 
     def handle(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        return self._result(self.execute(arguments["script"], ctx.call_id, cancel=ctx.cancel))
+        with self._lock:
+            resume = ctx.call_id in self._resuming
+            self._resuming.discard(ctx.call_id)
+        return self._result(self.execute(arguments["script"], ctx.call_id, cancel=ctx.cancel, resume=resume))
 
     def execute(self, script: str, call_id: str, *, record: bool = True,
-                cancel: CancelToken | None = None) -> Outcome:
+                cancel: CancelToken | None = None, resume: bool = False,
+                journal: Journal | None = None) -> Outcome:
         """Check and run one script. With `record` (the tool's own calls), persist it and fire
         the code.exec events; without (`nexus doctor`'s timing runs), do neither. `cancel`
         (run_code's own call's token: Ctrl-C in the agent) stops the run from any thread: its
-        process is killed, its inner calls cancelled, and it ends as `cancelled: ...`."""
+        process is killed, its inner calls cancelled, and it ends as `cancelled: ...`.
+
+        Each inner call is journaled as it completes (`journal` in the config); with `resume`,
+        the calls an earlier attempt of `call_id` journaled are answered from its journal (see
+        `resume`). `journal` gives the run a journal of the caller's (replay's)."""
         # a script sent inside markdown fences runs as the code inside them
         run = self._request(unfence(script), call_id, record)
         outcome = self._check(run)
         if outcome is None and cancel is not None and cancel.cancelled:
             outcome = Outcome(error=f"cancelled: run_code was stopped by its caller before its script ran "
                                     f"({cancel.reason or 'its caller stopped it'})", cancelled=True)
-        if outcome is None:
-            outcome = self._run(run, cancel)
-        return self._persist(run, outcome)
+        if journal is None:
+            try:
+                journal = self._journal_for(run, resume)
+            except (JournalBusy, OSError) as exc:  # a resume that cannot read its journal must not run
+                outcome = Outcome(error=f"runtime error: cannot resume run_code call {call_id!r}: {exc}")
+        try:
+            if outcome is None:
+                outcome = self._run(run, cancel, journal, resumed=resume and bool(journal and journal.entries()))
+            return self._persist(run, outcome)
+        finally:
+            if journal is not None:
+                journal.close(keep=False)  # the run ended: its record is complete
+
+    def _journal_for(self, run: _Run, resume: bool) -> Journal | None:
+        """The run's journal: journal.jsonl in its session folder (what survives its host), in
+        memory without one (a suspension in this process still resumes from it)."""
+        if not self.journaling or not run.record:
+            return None
+        if run.folder is not None:
+            return FolderJournal(run.folder, resume)  # opened at its first call, unless resumed
+        return MemoryJournal()
+
+    # -- resuming a run whose host stopped --------------------------------------------------
+
+    def interrupted_runs(self) -> list[str]:
+        """The run_code calls of this session folder whose host stopped before they ended (a
+        journal is left, and no live process holds it), oldest first: what `resume` can finish."""
+        parent = folder_for(self.nexus.config.session_dir, self.plugin_id, "_").parent
+        try:
+            folders = [p for p in parent.iterdir() if (p / JOURNAL_FILE).is_file() and not in_use(p / JOURNAL_FILE)]
+        except OSError:
+            return []
+        return [p.name for p in sorted(folders, key=lambda p: (p / JOURNAL_FILE).stat().st_mtime)]
+
+    def resume(self, call_id: str, **invoke: Any) -> ToolResult:
+        """Run the run_code call `call_id` again from its session folder (its script.py), as the
+        same call, through `Nexus.invoke` (run_code's gates and observers see it; `invoke` gives
+        an approver, a cancel token), with every inner call its journal holds answered from it:
+        no completed call runs again; one that was running when the host stopped is answered as
+        possibly done. Raises LookupError when the call left nothing to resume."""
+        folder = folder_for(self.nexus.config.session_dir, self.plugin_id, call_id)
+        if not (folder / JOURNAL_FILE).is_file():
+            raise LookupError(f"run_code call {call_id!r} has no journal in {folder}: it ended (its record is "
+                              "complete) or never made a call; nothing to resume")
+        if in_use(folder / JOURNAL_FILE):
+            raise LookupError(f"run_code call {call_id!r} is going on in another process (it holds {folder / JOURNAL_FILE})")
+        try:
+            script = (folder / "script.py").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LookupError(f"run_code call {call_id!r}: cannot read its script in {folder}: {exc}") from None
+        with self._lock:
+            self._resuming.add(call_id)
+        try:
+            return self.nexus.invoke(ToolCall(id=call_id, name=TOOL_NAME, arguments={"script": script},
+                                              metadata={"resumed": True}), **invoke)
+        finally:
+            with self._lock:
+                self._resuming.discard(call_id)
+
 
     def _request(self, script: str, call_id: str, record: bool) -> _Run:
         folder = None
-        if record and self.config["persist_scripts"]:
+        if record and self.config.persist_scripts:
             folder = folder_for(self.nexus.config.session_dir, self.plugin_id, call_id)
         return _Run(call_id, script, record, folder)
 
@@ -576,8 +643,8 @@ class CodeExec:
         run.skills = self.skill_helpers()
         try:
             run.tree, run.code = check_and_compile(
-                run.script, self.config["allowed_packages"], active_skills=run.skills,
-                reject_threads=self.config["reject_threads"], api=self.bindings())
+                run.script, self.config.allowed_packages, active_skills=run.skills,
+                reject_threads=self.config.reject_threads, api=self.bindings())
         except ScriptRejected as exc:
             return Outcome(error=str(exc))
         missing = self.missing_required()
@@ -585,7 +652,8 @@ class CodeExec:
             return Outcome(error="sandbox unavailable: run_code requires " + "; ".join(missing))
         return None
 
-    def _run(self, run: _Run, cancel: CancelToken | None = None) -> Outcome:
+    def _run(self, run: _Run, cancel: CancelToken | None = None, journal: Journal | None = None,
+             resumed: bool = False) -> Outcome:
         """Launch the script's process and serve it to its end."""
         bindings = self.bindings()
         launcher = self.launcher()
@@ -596,7 +664,8 @@ class CodeExec:
             self._announce(run)  # announced all the same
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
         served = ScriptRun(self.nexus, run.call_id, self.settings, bindings.callable_names,
-                           emit_chunk=self._emit_chunk if run.record else (lambda chunk: None))
+                           emit_chunk=self._emit_chunk if run.record else (lambda chunk: None),
+                           journal=journal, resumed=resumed)
         self._serving[run.call_id] = served
         forget = cancel.on_cancel(lambda: served.stop(cancel.reason)) if cancel is not None else None
         try:
@@ -606,16 +675,21 @@ class CodeExec:
                 forget()
             self._serving.pop(run.call_id, None)
 
-    def pause_clock(self, call_id: str | None) -> None:
-        """Stop the clock of run `call_id` (a run_code call id): one of its inner calls waits for
-        a person. Nestable; every pause is undone by one `resume_clock`. Other ids are ignored."""
+    def pause_clock(self, call_id: str | None, call: ToolCall | None = None) -> None:
+        """Stop the clock of run `call_id` (a run_code call id): one of its inner calls (`call`)
+        waits for a person, which its journal notes. Nestable; every pause is undone by one
+        `resume_clock`. Other ids are ignored."""
         served = self._serving.get(call_id or "")
         if served is not None:
             served.pause()
+            if call is not None:
+                served.asking(call, True)
 
-    def resume_clock(self, call_id: str | None) -> None:
+    def resume_clock(self, call_id: str | None, call: ToolCall | None = None) -> None:
         served = self._serving.get(call_id or "")
         if served is not None:
+            if call is not None:
+                served.asking(call, False)
             served.resume()
 
     def _start_message(self, run: _Run, bindings: Bindings, launcher: Launcher) -> protocol.StartMessage:
@@ -695,12 +769,20 @@ class CodeExec:
             where = f" ({outcome.where})" if outcome.where else ""
             text = error + where + (f"\n--- stdout ---\n{outcome.stdout}" if outcome.stdout else "")
             return ToolResult(id="", name=TOOL_NAME, output=cut_middle(text, self.max_text_bytes),
-                              error=error, output_structured=body or None,
+                              error=error, output_structured=body or None, metadata=self._resumed_facts(outcome),
                               error_kind="cancelled" if outcome.cancelled else "failure")
         text = result_text(outcome, self.max_text_bytes)
         if outcome.stopped_calls:  # a script that ended without waiting for its calls (it forged them)
             text = cut_middle(f"{text}\n({outcome.stopped_text})", self.max_text_bytes)
-        return ToolResult(id="", name=TOOL_NAME, output=text, output_structured=body)
+        return ToolResult(id="", name=TOOL_NAME, output=text, output_structured=body, metadata=self._resumed_facts(outcome))
+
+    @staticmethod
+    def _resumed_facts(outcome: Outcome) -> dict[str, Any]:
+        """What the result says of a resumed run (in its `metadata`): that it was resumed, how
+        many inner calls its journal answered, how often it was suspended."""
+        if not outcome.resumed:
+            return {}
+        return {"resumed": True, "journal_calls": outcome.journal_calls, "suspensions": outcome.suspensions}
 
     # -- the launcher and the sandbox ---------------------------------------------------------
 
@@ -713,11 +795,11 @@ class CodeExec:
             return self._launcher
 
     def _start_launcher(self) -> tuple[Launcher, str]:
-        mode = self.config["launcher"]
+        mode = self.config.launcher
         policy = self.policy()
         if mode == "spawn":
             return SpawnLauncher(policy), "fresh interpreter per script (launcher: spawn in config)"
-        zygote = ZygoteLauncher(self.config["allowed_packages"], policy)
+        zygote = ZygoteLauncher(self.config.allowed_packages, policy)
         try:
             zygote.start()
         except Exception as exc:
@@ -741,16 +823,16 @@ class CodeExec:
             return list(cached[1])
         statuses = self.layer_statuses()
         missing = [f"{name} ({statuses[name].detail if name in statuses else 'unknown layer'})"
-                   for name in self.config["require"] if name not in statuses or not statuses[name].active]
+                   for name in self.config.require if name not in statuses or not statuses[name].active]
         self._missing = (switch, missing)
         return list(missing)
 
     def policy(self) -> protocol.ChildPolicy:
         """How every child of this engine is isolated (each also gets its own scratch folder)."""
-        cpu = int(self.settings.cpu_seconds or 1)
+        cpu = self.config.cpu_limit
         return {
             "layers": self.active_layers(),
-            "limits": {"memory_mb": int(self.config["memory_mb"]), "cpu_seconds": cpu},
+            "limits": {"memory_mb": self.config.memory_mb, "cpu_seconds": cpu},
             "read_paths": list(sandbox.runtime_read_paths()),
         }
 
@@ -808,7 +890,7 @@ class CodeExec:
             f"skill helpers: regular files of the skill's folder only (no symlinks), at most "
             f"{MAX_HELPER_BYTES >> 10} KiB each, {MAX_HELPER_FILES} a skill, {MAX_HELPERS_BYTES >> 20} MiB in all",
         ]
-        if self.config["persist_scripts"]:
+        if self.config.persist_scripts:
             where = Path(self.nexus.config.session_dir) / "plugins" / self.plugin_id
             lines.append(f"records: {where}, folders 0700 and files 0600; calls.jsonl keeps every call's size "
                          f"and SHA-256, its content whole up to {RECORD_BUDGET >> 20} MiB a run; a record that "

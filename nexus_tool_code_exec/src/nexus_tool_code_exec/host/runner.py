@@ -2,9 +2,13 @@
 the child, answer its tool calls through `Nexus.invoke` (gates and all), stream its output, keep
 its calls, enforce the limits, end the child, and say how the run ended (`Outcome`).
 
-Everything the child sends is untrusted: a call names a tool by name and the host decides. Only
-tools that were bound for this script can be reached (never run_code), each through the gates,
-at most `max_tool_calls` of them, in a pool of at most `max_workers` threads.
+Everything the child sends is untrusted: each message is counted against the run's budget, then
+read through `protocol.read_child` (every field checked once; anything that is not the protocol
+ends the run), and from there on the runner handles only typed messages. A call names a tool by
+name and the host decides. Only tools that were bound for this script can be reached (never
+run_code), each through the gates, at most `max_tool_calls` of them, in a pool of at most
+`max_workers` threads. One inner call, from its CALL to its RESULT, is answered in one method,
+`ScriptRun._answer_call`.
 
 The thread that called run_code reads the child until the script ends or makes its first tool
 call (a trivial script, or one that only prints, costs no thread hop). From the first call on, a
@@ -33,9 +37,11 @@ from .. import protocol
 from ..child.errors import where_text
 from .events import CodeExecChunk
 from ..launchers.base import Child, Launcher
-from ..protocol import LineReader, PipeReader
+from ..protocol import CallMessage, DoneMessage, ErrorMessage, LineReader, PipeReader, ProtocolError
 from . import fastpath
 from .fastpath import Seat
+from .journal import POSSIBLY_DONE, Cursor, Divergence, Journal, Placement
+from .settings import DEFAULT_MAX_CHILD_BYTES, DEFAULT_MAX_CHILD_MESSAGES
 from .streaming import Ledger, Streamer
 from .watchdog import Watchdog
 
@@ -47,6 +53,9 @@ MAX_MESSAGE = 32 * 1024 * 1024
 MAX_ERROR_CHARS = 8192
 #: how long past the timeout a run waits for a reader held up in a tool call before it answers
 DEADLINE_GRACE = 0.25
+#: how long a suspended run waits for the journal lines of its last calls (written by their threads
+#: just after their answers) before it resumes
+JOURNAL_SETTLE = 10.0
 #: while a run's clock is stopped (a person decides about an inner call), how often the waiting
 #: thread looks again
 PAUSED_POLL = 0.5
@@ -71,11 +80,10 @@ OUTPUT_SLACK_BYTES = MAX_MESSAGE
 OUTPUT_SLACK_MESSAGES = 1024
 #: how often a reader held back by the in-flight bound looks whether its run is over
 _BACKPRESSURE_POLL = 0.1
-#: messages (of any kind) and bytes a script's process may send the host in one run, by default
-#: (`max_child_messages`, `max_child_bytes`): each is read and parsed by the host, in Python, under
-#: its GIL; past either the run is stopped. The final message is not counted against them.
-DEFAULT_MAX_CHILD_MESSAGES = 250_000
-DEFAULT_MAX_CHILD_BYTES = 256 * 1024 * 1024
+# Messages (of any kind) and bytes a script's process may send the host in one run (settings.py's
+# DEFAULT_MAX_CHILD_MESSAGES and DEFAULT_MAX_CHILD_BYTES, `max_child_messages`, `max_child_bytes`):
+# each is read and parsed by the host, in Python, under its GIL; past either the run is stopped.
+# The final message is not counted against them.
 
 # -- nothing outlives its run ------------------------------------------------------------------
 #: when a run ends (its result, an error, its timeout, its caller's cancel), the inner calls it
@@ -98,6 +106,8 @@ class Settings:
     cpu_seconds: float | None = None  # the child's RLIMIT_CPU, to name a SIGKILL it led to
     max_child_messages: int = DEFAULT_MAX_CHILD_MESSAGES
     max_child_bytes: int = DEFAULT_MAX_CHILD_BYTES
+    #: a run whose inner call waits this long for a person is suspended (None: never)
+    suspend_after_seconds: float | None = None
 
 
 @attrs.define
@@ -122,6 +132,15 @@ class Outcome:
     #: the inner calls still running (or queued) when the run ended, each with what became of it
     #: (`shell (stopped)`, `write (finished: its effect happened)`)
     stopped_calls: list[str] = attrs.field(factory=list)
+    #: the run was resumed from its journal: after a suspension in this process, or by
+    #: `CodeExec.resume` after its host stopped
+    resumed: bool = False
+    #: the inner calls its last attempt got answered from the journal, without running them
+    journal_calls: int = 0
+    #: how often it was suspended in this process (its child ended while a person decided)
+    suspensions: int = 0
+    #: replay: the script ended before it made every call of the record (a resumed run's error)
+    ended_short: str | None = None
 
     @property
     def stopped_text(self) -> str:
@@ -138,13 +157,14 @@ class Outcome:
         return [json.loads(line) for line in self.call_lines]
 
 
-class ProtocolError(Exception):
-    """The child sent something that is not the protocol."""
-
-
 class BudgetExceeded(ProtocolError):
     """The child made the host hold or do more than one run may: the run is stopped, and its
     error is this exception's message as it stands (it names the limit)."""
+
+
+class JournalDiverged(BudgetExceeded):
+    """A resumed script asked for another call than its journal holds: the run is stopped, its
+    error (`journal diverged: ...`) names both calls."""
 
 
 @attrs.define
@@ -152,7 +172,7 @@ class _Ending:
     """How serving one child ended: its final message (DONE or ERROR), or the protocol violation
     that stopped it, or neither (it went away); and what the host then learnt of it."""
 
-    final: dict[str, Any] | None = None
+    final: DoneMessage | ErrorMessage | None = None
     violation: str | None = None
     error: str | None = None  # the host's own failure to serve it, or a budget it exceeded
     timed_out: bool = False
@@ -162,25 +182,25 @@ class _Ending:
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
 
 
-def _parallel_group(msg: dict[str, Any]) -> int | bool:
+def _parallel_group(msg: CallMessage) -> int | bool:
     """Which of the script's `parallel` calls made the call `msg` (its `g`, 1, 2, ...), else
     whether one did (`p`): for calls.jsonl. The child says so, and it is only shown, never acted on."""
-    group = msg.get("g")
-    return group if type(group) is int and group > 0 else msg.get("p") is True
+    return msg.get("g") or msg.get("p", False)
 
 
 class _InnerCall:
     """An inner call the host took from the child, from its admission to its end (a plain
     slotted class: one is made per call)."""
 
-    __slots__ = ("msg", "size", "future", "result", "done")
+    __slots__ = ("msg", "size", "future", "result", "done", "placement")
 
-    def __init__(self, msg: dict[str, Any], size: int) -> None:
+    def __init__(self, msg: CallMessage, size: int) -> None:
         self.msg = msg
         self.size = size  # its message's bytes, held against the run's budget until it ends
         self.future: Future[None] | None = None  # queued on the run's pool (a parallel call)
         self.result: ToolResult | None = None
         self.done = False
+        self.placement: Placement | None = None  # where the journal has it, for a journaled run
 
 
 @attrs.define(eq=False)
@@ -193,7 +213,7 @@ class _Pipe:
     child: Child
     reader: PipeReader
     lines: LineReader
-    first_call: tuple[dict[str, Any], int] | None = None
+    first_call: tuple[CallMessage, int] | None = None
     _holders: int = 1
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
@@ -217,6 +237,8 @@ class ScriptRun:
         settings: Settings,
         bound_tools: frozenset[str],
         emit_chunk: Callable[[CodeExecChunk], None],
+        journal: Journal | None = None,
+        resumed: bool = False,
     ) -> None:
         self.nexus = nexus
         self.call_id = call_id
@@ -258,6 +280,16 @@ class ScriptRun:
         self.cancel = CancelToken()
         self._stopped: str | None = None  # why run_code's own caller stopped it
         self._wake: threading.Event | None = None  # what the run's caller waits on, once a reader took over
+        # -- the journal (journal.py): where each call falls in it, and suspending the run
+        self.journal = journal
+        self.resumed = resumed
+        self._cursor: Cursor | None = None  # this attempt's, made as its child starts
+        self._live: dict[str, Placement] = {}  # live calls by id, until they are answered
+        self._suspend_timer: threading.Timer | None = None
+        self._suspending = False  # the child was ended to suspend the run, not the run itself
+        self.suspensions = 0
+        self._used = 0.0  # seconds of the timeout earlier attempts used
+        self._ended_short: str | None = None  # the script ended before making every journaled call
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -274,13 +306,65 @@ class ScriptRun:
         self._script = start.get("script") or ""
         self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
-        if ending.lost:
+        while ending.lost or self._suspending:
+            if self._suspending:  # resumed once its held calls (the one a person decides) are answered
+                if not self._await_held_calls():
+                    ending = _Ending()  # stopped by its caller while suspended
+                    self._stop_inner_calls(self._end_reason(ending, False))
+                    break
+                self._suspending = False
+                self.suspensions += 1
+                self.resumed = True
+                self.ledger = Ledger()  # the resumed attempt records every call again
+                self.streamer.restart()
+                start = self._resumed_start(start)
             try:
                 ending = self._serve(Seat.take(launcher), start, None)
             except Exception as exc:
                 ending = _Ending(error=f"runtime error: could not start the script's process: {exc}")
+                break
+        if self._cursor is not None and self.resumed and ending.final is not None and \
+                ending.final.get("t") == protocol.DONE and ending.error is None and not ending.violation:
+            try:
+                self._cursor.finish()
+            except Divergence as exc:
+                self._ended_short = str(exc)
         self.streamer.finish()
         return self._outcome(ending, time.monotonic() - began)
+
+    def _resumed_start(self, start: protocol.StartMessage) -> protocol.StartMessage:
+        """The START of a resumed attempt: the time left of the timeout (suspended time is not
+        counted, the attempts' own is)."""
+        sent = dict(start)
+        sent["timeout"] = max(self.settings.timeout_seconds - self._used, 0.001)
+        return sent  # type: ignore[return-value]
+
+    def _await_held_calls(self) -> bool:
+        """While suspended: wait for the calls still held (the one a person decides, and any
+        running beside it) to end, so that their results are in the journal. False if the run's
+        caller stopped it meanwhile."""
+        with self._budget:
+            while self._held:
+                if self._stopped is not None:
+                    return False
+                self._budget.wait(PAUSED_POLL)
+        if self.journal is not None:  # and their ends written (each goes out just after its answer)
+            self.journal.settle(JOURNAL_SETTLE)
+        return self._stopped is None
+
+    def suspend(self) -> None:
+        """An inner call has waited `suspend_after_seconds` for a person: end the child (its
+        memory and process are freed), keep the journal; the run resumes in a fresh child once
+        the calls it waits for are answered."""
+        with self._write_lock:
+            self._suspend_timer = None
+            child = self._child
+            if (not self._pauses or child is None or self._stopped is not None or self.journal is None
+                    or not self.journal.resumable):
+                return
+            self._suspending = True
+        log.info("run_code: %s suspended while a person decides about one of its calls", self.call_id)
+        child.kill()
 
     def _serve(self, seat: Seat, start: protocol.StartMessage, meanwhile: Callable[[], None] | None) -> _Ending:
         """Serve one child: START, then its messages until its end; then end it."""
@@ -291,7 +375,9 @@ class ScriptRun:
             self._child = child
             if self._stopped is not None:  # its caller stopped the run while the child was coming
                 child.kill()
-        watchdog = Watchdog(child, self.settings.timeout_seconds).start()
+        if self.journal is not None:
+            self._cursor = Cursor(self.call_id, self.journal.entries(), live=not self.journal.closed)
+        watchdog = Watchdog(child, max(self.settings.timeout_seconds - self._used, 0.0)).start()
         with self._write_lock:
             self._watchdog = watchdog
             for _ in range(self._pauses):
@@ -313,7 +399,7 @@ class ScriptRun:
             with self._write_lock:
                 self._watchdog = None
             watchdog.cancel()
-            if ending.final is not None and ending.final.get("t") == protocol.DONE and not ending.violation:
+            if ending.final is not None and ending.final["t"] == protocol.DONE and not ending.violation:
                 child.end()  # it finished: it is exiting by itself; make sure of it without waiting
             else:
                 child.kill()
@@ -321,7 +407,9 @@ class ScriptRun:
                 ending.cpu_seconds = child.cpu_seconds
             with self._write_lock:
                 self._child = None  # an answer that comes now is dropped: nobody waits for it
-            self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
+            self._used += watchdog.used()
+            if not self._suspending:
+                self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
             pipe.let_go()
             child.finished()
         ending.timed_out, ending.messages = watchdog.fired, self._messages
@@ -329,7 +417,8 @@ class ScriptRun:
         final = ending.final
         never_started = not ending.timed_out and not ending.violation and (
             (final is None and ending.messages == 0)
-            or (final is not None and final.get("kind") == protocol.SANDBOX and ending.messages == 1))
+            or (final is not None and final["t"] == protocol.ERROR and final["kind"] == protocol.SANDBOX
+                and ending.messages == 1))
         ending.lost = never_started and child.died_with_its_maker()
         return ending
 
@@ -342,7 +431,7 @@ class ScriptRun:
             return sent  # type: ignore[return-value]
         return start
 
-    def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[dict[str, Any] | None, str | None]:
+    def _read_to_the_end(self, seat: Seat, pipe: _Pipe) -> tuple[DoneMessage | ErrorMessage | None, str | None]:
         """The final message, or the protocol violation, or (None, None) if the child went away
         or the deadline passed while a reader thread was held up in a tool call."""
         began = time.monotonic()
@@ -355,7 +444,7 @@ class ScriptRun:
             return ended
         # the first tool call: a reader thread takes over the pipe, this thread waits for it
         finished = threading.Event()
-        box: list[tuple[dict[str, Any] | None, str | None]] = []
+        box: list[tuple[DoneMessage | ErrorMessage | None, str | None]] = []
 
         def read_on() -> None:
             if seat.place_reader():
@@ -414,6 +503,11 @@ class ScriptRun:
         with self._write_lock:
             self._pauses += 1
             watchdog = self._watchdog
+            after = self.settings.suspend_after_seconds
+            if after is not None and self.journal is not None and self._suspend_timer is None:
+                self._suspend_timer = threading.Timer(after, self.suspend)
+                self._suspend_timer.daemon = True
+                self._suspend_timer.start()
         if watchdog is not None:
             watchdog.pause()
 
@@ -423,13 +517,19 @@ class ScriptRun:
                 return
             self._pauses -= 1
             watchdog = self._watchdog
+            timer = self._suspend_timer if not self._pauses else None
+            if timer is not None:
+                self._suspend_timer = None
+                timer.cancel()
         if watchdog is not None:
             watchdog.resume()
 
-    def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[dict[str, Any] | None, str | None] | None:
+    def _read_loop(self, pipe: _Pipe, hand_off: bool) -> tuple[DoneMessage | ErrorMessage | None, str | None] | None:
         """Handle the child's messages until the end: the final message, or a protocol violation.
         With `hand_off`, stop instead at the first tool call and return None: the call is left
-        in `pipe` for the thread that goes on reading."""
+        in `pipe` for the thread that goes on reading. Each message is counted against the run's
+        budget, then read as what it is (`protocol.read_child`: every field checked once); from
+        there on only typed messages are handled."""
         lines, read = pipe.lines, pipe.reader.read
         if pipe.first_call is not None:
             call, size = pipe.first_call
@@ -454,30 +554,32 @@ class ScriptRun:
                 kind = msg.get("t")
                 if kind != protocol.DONE and kind != protocol.ERROR:
                     self._count_message(lines.size)
-                if kind == protocol.OUT:
-                    self._count_output(msg.get("d"))
-                    dropped = msg.get("dropped")
-                    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0:
+                typed = protocol.read_child(msg)
+                if typed is None:  # output of no stream of the script's: dropped, and counted
+                    self._count_output(None)
+                elif typed["t"] == protocol.OUT:
+                    text = typed["d"]
+                    self._count_output(text)
+                    dropped = typed.get("dropped")
+                    if dropped is not None:
                         self.streamer.mark(dropped)  # the tail follows
-                    self.streamer.feed(str(msg.get("s")), msg.get("d"))  # type: ignore[arg-type]
-                    if msg.get("truncated") is True:
+                    self.streamer.feed(typed["s"], text)
+                    if typed.get("truncated"):
                         self.streamer.truncated = True
-                    elif msg.get("held") is True:
+                    elif typed.get("held"):
                         self.streamer.held = True
-                elif kind == protocol.CALL:
+                elif typed["t"] == protocol.CALL:
                     if hand_off:
-                        pipe.first_call = (msg, lines.size)
+                        pipe.first_call = (typed, lines.size)
                         return None
-                    self._dispatch_call(msg, lines.size)
-                elif kind in (protocol.DONE, protocol.ERROR):
-                    return msg, None
-                elif kind == protocol.WHERE:
-                    line = msg.get("line")
-                    if isinstance(line, int) and not isinstance(line, bool):
+                    self._dispatch_call(typed, lines.size)
+                elif typed["t"] == protocol.WHERE:
+                    line = typed.get("line")
+                    if line is not None:
                         self.where_line = line
-                else:
-                    return None, f"an unknown message type {kind!r}"
-            except (ProtocolError, protocol.FramingError) as exc:
+                else:  # DONE or ERROR: the end
+                    return typed, None
+            except ProtocolError as exc:  # FramingError too
                 return None, str(exc)
 
     # -- the host's budget ------------------------------------------------------------------------
@@ -497,16 +599,16 @@ class ScriptRun:
                 f"(max_child_bytes) in {self._received} messages, the most the host reads for one run; it was stopped")
             raise BudgetExceeded(self._exceeded)
 
-    def _count_output(self, data: Any) -> None:
+    def _count_output(self, data: str | None) -> None:
         """An OUT message: the child honours max_output_bytes itself, so one that goes far past
         it (or sends pieces without output) is not the runtime speaking."""
         self._out_messages += 1
-        if isinstance(data, str):
+        if data is not None:
             self._out_bytes += len(data)
         if self._out_bytes > self.max_output or self._out_messages > self.max_out_messages:
             raise ProtocolError(f"more output than max_output_bytes ({self.settings.max_output_bytes}) allows")
 
-    def _admit(self, msg: dict[str, Any], size: int, parallel: bool) -> _InnerCall:
+    def _admit(self, msg: CallMessage, size: int, parallel: bool) -> _InnerCall:
         """Take the call `msg` of `size` bytes into the run's budget, or stop the run. A parallel call
         beyond the calls in flight the host holds waits here, on the thread that reads the
         child, so the child's further messages wait in its pipe. From here to its end the call
@@ -529,7 +631,7 @@ class ScriptRun:
             self._held[id(msg)] = inner
         return inner
 
-    def _settle(self, msg: dict[str, Any]) -> None:
+    def _settle(self, msg: CallMessage) -> None:
         """The call `msg` has ended (its answer about to go out, or it was refused): its place in
         the budget is free. Once per call, whichever way it ends (later calls do nothing)."""
         with self._budget:
@@ -543,9 +645,9 @@ class ScriptRun:
 
     # -- answering tool calls -------------------------------------------------------------------
 
-    def _dispatch_call(self, msg: dict[str, Any], size: int = 0) -> None:
-        if not isinstance(msg.get("id"), int) or not isinstance(msg.get("name"), str) or not isinstance(msg.get("args"), dict):
-            raise ProtocolError("a call needs an integer id, a tool name and an arguments object")
+    def _dispatch_call(self, msg: CallMessage, size: int = 0) -> None:
+        """Take the call `msg` (checked by `protocol.read_child`): refuse it past max_tool_calls,
+        else answer it here (a sequential call) or on the run's pool (a parallel one)."""
         self._calls += 1
         if self._calls > self.settings.max_tool_calls:
             self._past_limit += 1
@@ -562,8 +664,18 @@ class ScriptRun:
             finally:
                 self._settle(msg)
             return
-        inner = self._admit(msg, size, bool(msg.get("p")))
-        if msg.get("p"):
+        parallel = msg.get("p", False)
+        placement = self._place(msg) if self._cursor is not None else None
+        inner = self._admit(msg, size, parallel)
+        if placement is not None:
+            inner.placement = placement
+            if not placement.live:  # answered from the journal: no tool runs, no gate asks
+                self._answer_from_journal(msg, size, placement)
+                return
+            self._live[placement.key] = placement
+            assert self.journal is not None and placement.hashed is not None
+            self.journal.placed(placement.entry, placement.hashed[0])
+        if parallel:
             # made inside parallel.map: answered concurrently, at most max_workers at once
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
@@ -574,7 +686,7 @@ class ScriptRun:
             # cannot hold run_code past it.
             self._answer(msg, size, inner)
 
-    def _answer(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
+    def _answer(self, msg: CallMessage, size: int, inner: _InnerCall) -> None:
         try:
             self._answer_call(msg, size, inner)
         except Exception as exc:  # a waiting script must get an answer, not wait for its timeout
@@ -584,17 +696,58 @@ class ScriptRun:
             if not inner.done:  # answering it failed on the way (the answer settles it otherwise)
                 self._settle(msg)
 
-    def _call_of(self, msg: dict[str, Any]) -> ToolCall:
-        args = msg.get("args")
+    def _call_of(self, msg: CallMessage, placement: Placement | None = None) -> ToolCall:
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
-        metadata = {"script_line": line} if type(line) is int and 0 < line <= self._script_lines else {}
-        return ToolCall(name=str(msg.get("name")), arguments=args if isinstance(args, dict) else {},
-                        parent_call_id=self.call_id, metadata=metadata)
+        metadata = {"script_line": line} if line is not None and line <= self._script_lines else {}
+        if placement is not None:
+            # the same id in every attempt of the run: the call's idempotency key (ctx.call_id)
+            return ToolCall(id=placement.key, name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id,
+                            metadata=metadata)
+        return ToolCall(name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id, metadata=metadata)
 
-    def _answer_call(self, msg: dict[str, Any], size: int, inner: _InnerCall) -> None:
+    # -- the journal ------------------------------------------------------------------------------
+
+    def _place(self, msg: CallMessage) -> Placement:
+        """Where the call `msg` falls in the journal (see journal.Cursor), or the run stops."""
+        assert self._cursor is not None
+        group: int | bool | None = (msg.get("g") or True) if msg.get("p") else None
+        try:
+            return self._cursor.place(msg["name"], msg["args"], group)
+        except Divergence as exc:
+            self._exceeded = str(exc)
+            raise JournalDiverged(self._exceeded) from None
+
+    def _answer_from_journal(self, msg: CallMessage, size: int, placement: Placement) -> None:
+        """Answer a call the journal holds: its recorded result; or, for one that was running when
+        the host stopped, an error saying it may have happened (it is not run again)."""
+        call = self._call_of(msg, placement)
+        recorded = placement.recorded
+        if recorded is not None:
+            result = attrs.evolve(recorded, id=call.id, name=call.name)
+        else:
+            text = POSSIBLY_DONE.format(name=call.name, key=placement.key)
+            result = self.nexus.refuse(call, text, "failure")  # result gates and observers see it
+            # as nexus.durable marks a direct call it will not repeat
+            result = attrs.evolve(result, metadata={**result.metadata, "possibly_done": True,
+                                                    "idempotency_key": placement.key})
+        self._reply(msg, call, result, size, time.time(), 0.0, placement)
+
+    def asking(self, call: ToolCall, waiting: bool) -> None:
+        """A person decides about the inner call `call` (`waiting`), or has answered: the journal
+        says so, so that a host stopping meanwhile leaves it to be made again, not "possibly
+        done" (nothing of it ran)."""
+        placement = self._live.get(call.id)
+        if placement is not None and self.journal is not None:
+            self.journal.asking(placement.entry, waiting)
+
+    def _answer_call(self, msg: CallMessage, size: int, inner: _InnerCall) -> None:
+        """One inner call, from its CALL to its RESULT: the tool call it asks for, through the gates
+        (`Nexus.invoke`, with the run's cancel token) or refused (a name not bound for this
+        script), answered to the child and recorded (in the journal too: `inner.placement`). The
+        one place an admitted call that runs is answered (`_answer_from_journal`: one that does not)."""
         started_at, started = time.time(), time.perf_counter()
-        call = self._call_of(msg)
+        call = self._call_of(msg, inner.placement)
         if call.name not in self.bound_tools:
             # a name the script was not given (forged, or a tool registered after it started):
             # refused, and the refusal takes the result gates and observers like any result
@@ -605,7 +758,9 @@ class ScriptRun:
             # the run's token: cancelled when the run ends, so nothing it started outlives it
             result = self.nexus.invoke(call, cancel=self.cancel)
         inner.result = result
-        self._reply(msg, call, result, size, started_at, time.perf_counter() - started)
+        if inner.placement is not None:
+            self._live.pop(call.id, None)
+        self._reply(msg, call, result, size, started_at, time.perf_counter() - started, inner.placement)
 
     # -- the end of the run: nothing it started outlives it ---------------------------------------
 
@@ -660,12 +815,13 @@ class ScriptRun:
                 what = "stopped"
             else:
                 what = "finished: its effect happened"
-            self.stopped_calls.append(f"{inner.msg.get('name')} ({what})")
+            self.stopped_calls.append(f"{inner.msg['name']} ({what})")
 
-    def _reply(self, msg: dict[str, Any], call: ToolCall, result: ToolResult, size: int,
-               started_at: float, duration: float) -> None:
-        """Send the script the answer to its call `msg`, and record the call in the ledger."""
-        rid = msg.get("id")
+    def _reply(self, msg: CallMessage, call: ToolCall, result: ToolResult, size: int,
+               started_at: float, duration: float, placement: Placement | None = None) -> None:
+        """Send the script the answer to its call `msg`, and record the call in the ledger (and,
+        for a journaled run, in the journal: `placement` says where)."""
+        rid = msg["id"]
         # the child needs these five (only those set are sent); calls.jsonl keeps the whole result
         reply: protocol.CallResult = {"output": result.output}
         if result.error is not None:
@@ -675,6 +831,14 @@ class ScriptRun:
             reply["output_file"] = result.output_file
         if result.output_structured is not None:
             reply["output_structured"] = result.output_structured
+        # the journal's own copy first: a suspended run resumes once its held calls are settled,
+        # and then answers this one from the journal (its line is written below); the ledger is
+        # this attempt's (a resumed attempt starts one of its own, and records this call again)
+        ledger = self.ledger
+        fresh = placement is not None and (placement.live or placement.entry.result is None)
+        if fresh:
+            assert placement is not None
+            placement.entry.result = result
         # settled before the answer goes out: the call the child makes next, once it has it,
         # then never finds this one still counted
         self._settle(msg)
@@ -684,11 +848,16 @@ class ScriptRun:
             answer["spin"] = True
         self._send(answer)
         # turned into its line of calls.jsonl now, while the child reads the answer
-        self.ledger.record(call, result, size, started_at, duration, _parallel_group(msg))
+        line = ledger.record(call, result, size, started_at, duration, _parallel_group(msg),
+                                  from_journal=placement is not None and not placement.live,
+                                  hashed=placement.hashed if placement is not None else None)
+        if fresh and self.journal is not None:
+            assert placement is not None
+            self.journal.finished(placement.entry, result, line)
 
-    def _refuse(self, msg: dict[str, Any], reason: str, size: int) -> None:
+    def _refuse(self, msg: CallMessage, reason: str, size: int) -> None:
         self._settle(msg)
-        self._send({"t": protocol.RESULT, "id": msg.get("id"),
+        self._send({"t": protocol.RESULT, "id": msg["id"],
                     "result": {"output": reason, "error": reason, "error_kind": "failure"}})
 
     def _send(self, msg: protocol.StartMessage | protocol.ResultMessage) -> None:
@@ -710,8 +879,11 @@ class ScriptRun:
     def _outcome(self, ending: _Ending, duration: float) -> Outcome:
         final = ending.final
         outcome = Outcome(duration=duration, stdout="".join(self.streamer.parts),
-                          stdout_truncated=self.streamer.truncated or bool(final and final.get("truncated")),
-                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls))
+                          stdout_truncated=self.streamer.truncated or bool(
+                              final is not None and final["t"] == protocol.DONE and final.get("truncated")),
+                          call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls),
+                          resumed=self.resumed, suspensions=self.suspensions,
+                          journal_calls=self._cursor.from_journal if self._cursor is not None else 0)
         if self._stopped is not None:
             outcome.error = f"cancelled: run_code was stopped by its caller ({self._stopped})"
             outcome.cancelled = True
@@ -726,9 +898,8 @@ class ScriptRun:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None:
             outcome.error = self._death_message(ending.status, ending.cpu_seconds, self.settings.cpu_seconds)
-        elif final.get("t") == protocol.DONE:
-            sent = final.get("result")
-            text = sent if isinstance(sent, str) else "null"
+        elif final["t"] == protocol.DONE:
+            text = final["result"]
             if len(text) > self.settings.max_result_bytes:  # the child checks too; it is not trusted
                 outcome.error = (f"result is not JSON-serializable: the result is too large: {len(text)} bytes "
                                  f"(the limit is {self.settings.max_result_bytes})")
@@ -741,8 +912,13 @@ class ScriptRun:
         else:
             outcome.error = self._error_message(final)
             line = final.get("line")
-            if final.get("kind") == protocol.MEMORY and isinstance(line, int) and not isinstance(line, bool):
+            if final["kind"] == protocol.MEMORY and line is not None:
                 outcome.where = where_text(line, self._script)
+        if self._ended_short is not None:
+            if self.journal is not None and self.journal.closed:
+                outcome.ended_short = self._ended_short  # replay: the result stands, the calls differ
+            else:
+                outcome.error, outcome.result, outcome.result_json = self._ended_short, None, None
         if outcome.error is not None and outcome.stopped_calls:
             outcome.error += f"; {outcome.stopped_text}"
         if outcome.error is not None and len(outcome.error) > MAX_ERROR_CHARS:
@@ -750,8 +926,8 @@ class ScriptRun:
         return outcome
 
     @staticmethod
-    def _error_message(final: dict[str, Any]) -> str:
-        kind, message = final.get("kind"), str(final.get("message", ""))
+    def _error_message(final: ErrorMessage) -> str:
+        kind, message = final["kind"], final["message"]
         if kind == protocol.MEMORY:
             return "memory limit exceeded"
         if kind == protocol.UNSERIALIZABLE:

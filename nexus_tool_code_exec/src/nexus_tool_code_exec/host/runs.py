@@ -22,6 +22,8 @@ from typing import Any, cast
 
 import attrs
 
+from .journal import JOURNAL_FILE, in_use
+
 
 def _plain_escape(text: str, *, multiline: bool = True) -> str:
     """Each control, format or separator character (ESC, CR, bidi controls...) shown as an escape."""
@@ -75,7 +77,9 @@ class Run:
     path: Path
     started: float
     ended: float | None
-    status: str  # "ok", "error", or "running" (no result yet)
+    #: "ok", "error", "running" (no result yet), or "interrupted" (no result, and its host is gone:
+    #: `nexus runs resume ID` finishes it)
+    status: str
     error: str | None
     calls: list[InnerCall]
     bad_lines: int = 0
@@ -177,6 +181,9 @@ def load_run(folder: Path) -> Run | None:
         status, ended, error = "ok", result_time, None
     else:
         status, ended, error = "running", None, None
+        journal = folder / JOURNAL_FILE
+        if journal.is_file() and not in_use(journal):
+            status = "interrupted"
     calls, bad = _calls(folder)
     return Run(id=folder.name, path=folder, started=started, ended=ended, status=status, error=error,
                calls=calls, bad_lines=bad)

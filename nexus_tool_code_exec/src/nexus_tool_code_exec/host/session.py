@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..protocol import write_all
-from .cleanup import remove_logged
+from ..launchers.cleanup import remove_logged
 
 if TYPE_CHECKING:
     from .runner import Outcome

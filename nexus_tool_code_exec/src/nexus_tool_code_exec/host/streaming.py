@@ -33,6 +33,21 @@ class Streamer:
         self.held = False
         self.parts: list[str] = []
         self._pending: dict[str, str] = {"stdout": "", "stderr": ""}
+        self._cap = cap
+        self._sent = 0  # characters sent to the observers
+        self._quiet = 0  # characters a resumed attempt prints again, not sent twice
+
+    def restart(self) -> None:
+        """A resumed attempt of the run prints from the start again: its transcript is made anew,
+        and what observers were already sent is not sent again (the script makes the same calls
+        and gets the same results, so it prints the same)."""
+        for stream in ("stderr", "stdout"):  # what was pending had not been sent
+            self._pending[stream] = ""
+        self.parts = []
+        self._budget = self._cap
+        self.truncated = self.held = False
+        self._quiet = self._sent
+        self._sent = 0
 
     def mark(self, dropped: int | None) -> None:
         """Where output was dropped between the head and the tail (`dropped` bytes; None: the
@@ -89,6 +104,13 @@ class Streamer:
         self._pending = {"stdout": "", "stderr": ""}
 
     def _send(self, stream: str, data: str, final: bool = False) -> None:
+        self._sent += len(data)
+        if self._quiet:
+            skip = min(self._quiet, len(data))
+            self._quiet -= skip
+            data = data[skip:]
+            if not data and not final:
+                return
         self._emit(CodeExecChunk(call_id=self._call_id, data=data, stream=stream, final=final))  # type: ignore[arg-type]
 
 
@@ -114,21 +136,30 @@ class Ledger:
         self._recorded = 0
 
     def record(self, call: ToolCall, result: ToolResult, size: int, started_at: float = 0.0,
-               duration: float = 0.0, parallel: int | bool = False) -> None:
+               duration: float = 0.0, parallel: int | bool = False, from_journal: bool = False,
+               hashed: tuple[str, int, str] | None = None) -> str | None:
         """One call, whose message took `size` bytes on the pipe, and its result: it came in at
         `started_at` (epoch seconds), took `duration` seconds, and was made by the script's
-        `parallel` call number `parallel` (1, 2, ...), or outside one (False)."""
-        arguments = _canonical(call.arguments)
-        data = arguments.encode("utf-8", "surrogatepass")
-        digest = hashlib.sha256(data).hexdigest()
-        cost = len(data) + len(result.output)
+        `parallel` call number `parallel` (1, 2, ...), or outside one (False); `from_journal`:
+        it was answered from the run's journal, without running (a resumed run); `hashed`: the
+        arguments' canonical JSON, its size in bytes and its SHA-256, where the journal has them
+        already. Returns the line, unless it was cut (None)."""
+        if hashed is None:
+            arguments = _canonical(call.arguments)
+            data = arguments.encode("utf-8", "surrogatepass")
+            size_bytes, digest = len(data), hashlib.sha256(data).hexdigest()
+        else:
+            arguments, size_bytes, digest = hashed
+        cost = size_bytes + len(result.output)
         with self._lock:
             keep = self._recorded + cost <= RECORD_BUDGET
             if keep:
                 self._recorded += cost
-        facts: dict[str, Any] = {"arguments_bytes": len(data), "arguments_sha256": digest,
+        facts: dict[str, Any] = {"arguments_bytes": size_bytes, "arguments_sha256": digest,
                                  "output_chars": len(result.output), "started_at": round(started_at, 6),
                                  "duration_seconds": round(duration, 6), "parallel": parallel}
+        if from_journal:  # answered from the run's journal: the tool did not run in this attempt
+            facts["from_journal"] = True
         if not keep:
             arguments = _canonical(_cut(call.arguments))
             result = attrs.evolve(result, output=_cut(result.output), output_structured=_cut(result.output_structured),
@@ -137,6 +168,7 @@ class Ledger:
         line = record_line(call.id, call.name, arguments, result, facts)
         with self._lock:
             self._lines.append(line)
+        return line if keep else None
 
     def lines(self) -> list[str]:
         with self._lock:

@@ -125,6 +125,13 @@ class Watchdog:
         with self._lock:
             return None if self._paused else self.deadline - time.monotonic()
 
+    def used(self) -> float:
+        """Seconds the clock has run (not while it was stopped): what a resumed attempt of the
+        run no longer has."""
+        with self._lock:
+            now = self._paused_at if self._paused else time.monotonic()
+            return min(max(self._seconds - (self.deadline - now), 0.0), self._seconds)
+
     def cancel(self) -> None:
         self.cancelled = True
         self._child = None  # it waits in the heap until its deadline: let the child go now

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import attrs
 
 from .. import protocol
-from ..host.cleanup import janitor
+from .cleanup import janitor
 
 #: the environment a child (and the zygote) gets: nothing of the host's
 CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
@@ -56,9 +56,9 @@ class Child:
 
     def kill(self) -> None:
         """Kill the child's whole process group (it may have started nothing, but if it did)."""
-        for target in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
+        for kill in (os.killpg, os.kill):
             try:
-                target()
+                kill(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 

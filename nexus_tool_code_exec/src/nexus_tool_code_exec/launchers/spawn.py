@@ -10,8 +10,8 @@ import sys
 import tempfile
 
 from .. import protocol
-from ..host.cleanup import janitor
 from .base import CHILD_ENV, Child, Launcher
+from .cleanup import janitor
 
 
 class SpawnLauncher(Launcher):

@@ -1,7 +1,7 @@
 """The zygote launcher (runs in the host): the host's side of the warm zygote (zygote/main.py).
 
 It starts a zygote on first use and a new one whenever the last has died. Each zygote process
-has a `_Zygote` here: its socket, the spares it forked ahead (host/fastpath.py's `SparePool`),
+has a `_Zygote` here: its socket, the spares it forked ahead (spares.py's `SparePool`),
 the forks asked of it and the exits it reported. What a zygote leaves when it dies belongs to
 its own `_Zygote` alone, so nothing of a dead zygote's state can touch its successor's, and a
 child knows whether it died with its zygote (`died_with_its_maker`).
@@ -15,6 +15,7 @@ and a host at rest has nothing of run_code's awake.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
@@ -24,14 +25,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
 from .. import protocol
-from ..host.cleanup import janitor, remove_logged
-from ..host.fastpath import SPARE_WAIT, SPARES, Spare, SparePool
 from .base import CHILD_ENV, Child, Launcher
+from .cleanup import janitor, remove_logged
+from .spares import SPARE_WAIT, SPARES, Spare, SparePool
+
+log = logging.getLogger("nexus_tool_code_exec")
 
 #: how long a launch waits for the child a FORK asked for
 FORK_WAIT = 30.0
@@ -147,20 +150,21 @@ class _Zygote:
         self._poll = select.poll()
         self._poll.register(host_end, select.POLLIN)
         try:
-            ready = self._lines.read(lambda: self.sock.recv(1 << 16) if self._poll.poll(30_000) else b"")
-        except (OSError, protocol.FramingError):
+            first = self._lines.read(lambda: self.sock.recv(1 << 16) if self._poll.poll(30_000) else b"")
+            ready = protocol.read_zygote(first) if first is not None else None
+        except (OSError, protocol.ProtocolError):
             ready = None
-        if ready is None or ready.get("t") != protocol.READY:
+        if ready is None or ready["t"] != protocol.READY:
             self.stop()
             raise ZygoteError("the zygote did not start")
-        self.pid = int(ready["pid"])
+        self.pid = ready["pid"]
 
     def alive(self) -> bool:
         return not self.gone and self.proc.poll() is None
 
     # -- asking ---------------------------------------------------------------------------------
 
-    def send(self, msg: object) -> None:
+    def send(self, msg: protocol.ZygoteRequest) -> None:
         with self._send_lock:
             protocol.send_with_fds(self.sock, msg)
 
@@ -342,50 +346,49 @@ class _Zygote:
             self._lines.feed(data)
             try:
                 while (msg := self._lines.next()) is not None:
-                    self._file(msg)
-            except protocol.FramingError:
+                    self._file(protocol.read_zygote(msg))
+            except protocol.ProtocolError:  # the zygote is trusted: this is a bug, and it is as good as dead
+                log.error("run_code: the zygote broke the protocol", exc_info=True)
                 self._died()
                 return
 
-    def _file(self, msg: protocol.Message) -> None:
+    def _file(self, msg: protocol.ZygoteMessage) -> None:
         """One message from the zygote, where it belongs. SPARE and FORKED come with the child's
         two pipe ends, passed with the message's bytes, so `_passed` holds them in the order of
         the messages."""
-        kind = msg.get("t")
         dropped: list[Spare] = []
-        if kind in (protocol.SPARE, protocol.FORKED):
+        if msg["t"] == protocol.SPARE or msg["t"] == protocol.FORKED:
             fds = self._passed.pop(0) if self._passed else []
             with self._cond:
                 dropped = self._child_came(msg, fds)
-        elif kind == protocol.TRASH:  # folders its scripts changed: removed off this thread
-            for path in msg.get("paths") or ():
-                if isinstance(path, str) and os.path.dirname(path) == self.scratch_root:
+        elif msg["t"] == protocol.TRASH:  # folders its scripts changed: removed off this thread
+            for path in msg["paths"]:
+                if os.path.dirname(path) == self.scratch_root:
                     janitor.remove(path)
-        elif kind == protocol.EXIT:
-            pid = int(msg["pid"])
+        elif msg["t"] == protocol.EXIT:
+            pid = msg["pid"]
             with self._cond:
                 if pid in self._watched:
-                    self._watched[pid] = (int(msg["status"]), msg.get("cpu"))
+                    self._watched[pid] = (msg["status"], float(msg["cpu"]))
                 dropped = self.spares.died(pid)  # if it was a spare no script took
         for spare in dropped:
             spare.drop()
 
-    def _child_came(self, msg: protocol.Message, fds: list[int]) -> list[Spare]:
+    def _child_came(self, msg: protocol.SpareMessage | protocol.ForkedMessage, fds: list[int]) -> list[Spare]:
         """A SPARE, or the FORKED a launch waits for: the host holds its pipe ends from now on."""
-        req = int(msg["req"]) if msg["t"] == protocol.FORKED else None
+        req = msg["req"] if msg["t"] == protocol.FORKED else None
         waited = req is not None and req in self._forks
         if len(fds) != 2 or (req is not None and not waited):
             for fd in fds:  # nobody to give it to (its launch gave up): it reads EOF and exits
                 os.close(fd)
             return []
-        pid = int(msg["pid"])
+        pid = msg["pid"]
         if req is not None:
             self._watched[pid] = None  # registered before any later message is read: its exit can come next
-            self._forks[req] = ZygoteChild(pid, fds[0], fds[1], scratch=str(msg["scratch"]), zygote=self)
+            self._forks[req] = ZygoteChild(pid, fds[0], fds[1], scratch=msg["scratch"], zygote=self)
             return []
-        replaces = msg.get("replaces")
-        return self.spares.add(Spare(pid, str(msg["scratch"]), fds[0], fds[1], str(msg.get("key") or ""),
-                                     bool(msg.get("idle"))), replaces if isinstance(replaces, int) else None)
+        assert msg["t"] == protocol.SPARE
+        return self.spares.add(Spare(pid, msg["scratch"], fds[0], fds[1], msg["key"], msg["idle"]), msg["replaces"])
 
     def _died(self) -> None:
         """The socket closed: nobody will answer what is pending, and its children died with it."""
@@ -403,7 +406,7 @@ class _Zygote:
 class ZygoteLauncher(Launcher):
     """Forks run_code children from a warm zygote, started lazily and restarted if it dies."""
 
-    def __init__(self, allowed_packages: list[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
+    def __init__(self, allowed_packages: Iterable[str], policy: protocol.ChildPolicy, python: str | None = None) -> None:
         self.python = python or sys.executable
         self.allowed = list(allowed_packages)
         self.policy = policy

@@ -7,7 +7,10 @@ passed to the host with SCM_RIGHTS). It keeps `spare_count` children forked ahea
 scratch folder and two pipes, already isolated (sandbox.enter) and waiting for a script; it hands
 a spare's pipe ends to the host as soon as it has forked it, so that a run takes a child without
 asking the zygote anything. The host then speaks the run protocol with the child directly,
-exactly as with a spawned child. The zygote stays single-threaded (forking from a threaded
+exactly as with a spawned child. `Zygote` is the zygote: what it keeps, and each state and
+request in a method of its own, in the order `Zygote.serve_host` goes through them. It reads the
+host's requests through `protocol.read_zygote_request` (the host is trusted: a bad request is a
+bug, and the zygote stops, taking its children with it). The zygote stays single-threaded (forking from a threaded
 process is unsafe, and a user namespace can only be entered by a single-threaded process); it
 reaps its children and reports how each ended.
 
@@ -39,7 +42,7 @@ import signal
 import socket
 import stat
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import protocol
 
@@ -118,7 +121,7 @@ class ScratchFolders:
     it but its change time, which the reset sets.
 
     A folder that goes is renamed out of the way at once (`trash`), and removed by the host
-    (host/cleanup.py's janitor, which walks any tree a script can make without recursion): the
+    (launchers/cleanup.py's janitor, which walks any tree a script can make without recursion): the
     zygote never walks a script's tree, so no tree can hold it up."""
 
     def __init__(self, root: str) -> None:
@@ -201,168 +204,229 @@ def _flags(fd: int) -> int:
         return -1
 
 
-class _Spare:
-    """A child just forked: it isolates itself, then waits on its pipe for a script."""
+class _Forked:
+    """A child just forked: it isolates itself, then waits on its pipe for a script. The zygote
+    keeps only the host's ends of its pipes, until it has passed them on."""
 
     def __init__(self, pid: int, scratch: str, host_read: int, host_write: int) -> None:
         self.pid, self.scratch, self.host_read, self.host_write = pid, scratch, host_read, host_write
 
 
-def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str,
-                spare_count: int) -> None:
-    """Serve the host on `ctrl_fd` until it goes away; then kill every child and exit."""
-    ctrl = socket.socket(fileno=ctrl_fd)
-    net_fd = _preimport(allowed, policy, scratch_root)
-    from ..child import runtime
+class Zygote:
+    """The zygote's state, and what it does for the host, from its start to its exit.
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    os.set_blocking(wake_r, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    layers = bool(policy.get("layers"))
-    children: dict[int, str] = {}  # pid -> its scratch folder, until reaped
-    killed: set[int] = set()  # children the host had killed: it waits for their EXIT
-    ended: dict[int, Any] = {}  # the EXITs of the last children reaped that nobody asked for
-    preloaded: dict[str, Any] = {}
-    folders = ScratchFolders(scratch_root)
+    It lives through three states, top to bottom in `serve_host`: starting (the imports and the
+    sandbox's programs, `_preimport`; then READY and the first spares), serving (it waits for a
+    signal or a request, whichever comes: a SIGCHLD makes it reap, report and refill; a request
+    is a FORK, a PRELOAD or a KILL), and stopping (the host went away: it kills every child and
+    exits). What it keeps:
 
-    def send(msg: Any, fds: list[int] | None = None) -> None:
-        protocol.send_with_fds(ctrl, msg, fds)
+    - `children`: each child forked and not yet reaped, with its scratch folder;
+    - `spares`: the spares forked (held by the host, or running a script), newest last;
+    - `killed`: the children the host had killed, whose EXIT it waits for;
+    - `ended`: the exits of the last children reaped that nobody asked about (a KILL may come
+      after its child ended by itself);
+    - `preloaded` and `key`: the bindings compiled for the children forked from now on.
+    """
 
-    def reap() -> None:
-        while children:
+    def __init__(self, ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str,
+                 spare_count: int) -> None:
+        self.ctrl = socket.socket(fileno=ctrl_fd)
+        self._ctrl_fd = ctrl_fd
+        self.policy = policy
+        self.spare_count = spare_count
+        self.net_fd = _preimport(allowed, policy, scratch_root)
+        self.layers = bool(policy.get("layers"))
+        self.children: dict[int, str] = {}
+        self.spares: list[int] = []
+        self.killed: set[int] = set()
+        self.ended: dict[int, protocol.ExitMessage] = {}
+        self.preloaded: dict[str, Any] = {}
+        self.key = ""  # of the bindings preloaded (spares forked since have them compiled)
+        self.folders = ScratchFolders(scratch_root)
+        # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be
+        # able to lift it off the spare it gives a script), so that this work only gets CPU time
+        # nobody else wants; the zygote itself stays at the host's priority for everything else
+        # (a kill the watchdog asks for must not wait for an idle CPU).
+        self.idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
+        self._requests = protocol.LineReader(1 << 30)  # the host is trusted
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(self._wake_r, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    # -- the states ---------------------------------------------------------------------------------
+
+    def serve_host(self) -> NoReturn:
+        """Say READY, fork the first spares, then serve until the host goes away; then stop."""
+        self.send({"t": protocol.READY, "pid": os.getpid()})
+        for _ in range(self.spare_count):
+            self.push_spare()
+        while True:
+            readable, _, _ = select.select([self._ctrl_fd, self._wake_r], [], [])
+            if self._wake_r in readable:
+                self.children_changed()
+            if self._ctrl_fd in readable and not self.read_requests():
+                break
+        self.stop()
+
+    def children_changed(self) -> None:
+        """A SIGCHLD came: reap, report the exits asked for and the folders to remove, and fork a
+        spare in place of each that ended."""
+        try:
+            os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
+        self.reap()
+        if self.folders.trash:  # now, not with the next spare: its fork (under SCHED_IDLE) can wait long
+            trash, self.folders.trash = self.folders.trash, []
+            self.send({"t": protocol.TRASH, "paths": trash})
+        for pid in [pid for pid in self.spares if pid not in self.children]:  # its run is over (or it died)
+            self.spares.remove(pid)
+            self.push_spare(pid)
+
+    def read_requests(self) -> bool:
+        """Serve the requests that have come; False once the host has gone away."""
+        try:
+            data = self.ctrl.recv(1 << 16)
+        except InterruptedError:
+            return True
+        if not data:
+            return False
+        self._requests.feed(data)
+        while (msg := self._requests.next()) is not None:
+            request = protocol.read_zygote_request(msg)  # a bad one is the host's bug: we stop
+            if request["t"] == protocol.FORK:
+                self.fork_for(request["req"])
+            elif request["t"] == protocol.PRELOAD:
+                self.preload(request["key"], request["bindings"])
+            else:
+                self.kill(request["pid"])
+        return True
+
+    def stop(self) -> NoReturn:
+        """The host went away: take the children with us."""
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        os._exit(0)
+
+    # -- the requests -------------------------------------------------------------------------------
+
+    def fork_for(self, req: int) -> None:
+        """FORK: the host has no spare at hand (concurrent runs): a child now."""
+        child = self.fork_child()
+        self.send({"t": protocol.FORKED, "req": req, "pid": child.pid, "scratch": child.scratch},
+                  [child.host_read, child.host_write])
+        os.close(child.host_read)
+        os.close(child.host_write)
+
+    def preload(self, key: str, bindings: protocol.BindingsPayload) -> None:
+        """PRELOAD: compiled, never run here: a tool's metadata is a third party's, and the code
+        made of it runs only in a child, inside its sandbox, when its script uses it. Then
+        spares with these bindings (the host drops the older ones)."""
+        from ..child import runtime
+
+        try:
+            self.preloaded.clear()
+            self.preloaded[key] = runtime.compile_pieces(bindings)
+            self.key = key
+            gc.collect()
+            gc.freeze()
+        except Exception:  # a child will compile what it uses itself, and say what failed
+            self.preloaded.clear()
+            self.key = ""
+        for _ in range(self.spare_count):
+            self.push_spare()
+
+    def kill(self, pid: int) -> None:
+        """KILL: kill that child's process group; its EXIT goes to the host once it is reaped
+        (at once if it had ended already)."""
+        ended = self.ended.pop(pid, None)
+        if ended is not None:  # it had ended already: how
+            self.send(ended)
+        if pid in self.children:  # only our own, not yet reaped: no pid-reuse race
+            self.killed.add(pid)
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if pid in self.spares:  # its run is over: the next spare now
+            self.spares.remove(pid)
+            self.push_spare(pid)
+
+    # -- children -----------------------------------------------------------------------------------
+
+    def reap(self) -> None:
+        while self.children:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            scratch = children.pop(pid, None)
+            scratch = self.children.pop(pid, None)
             if scratch is not None:
-                folders.give_back(scratch)
-            exit_msg = {"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
-                        "cpu": round(usage.ru_utime + usage.ru_stime, 6)}
-            if pid in killed:  # the host waits to know how it ended
-                killed.discard(pid)
-                send(exit_msg)
+                self.folders.give_back(scratch)
+            exit_msg: protocol.ExitMessage = {"t": protocol.EXIT, "pid": pid, "status": _status_of(status),
+                                              "cpu": round(usage.ru_utime + usage.ru_stime, 6)}
+            if pid in self.killed:  # the host waits to know how it ended
+                self.killed.discard(pid)
+                self.send(exit_msg)
             else:  # nobody has asked (yet: a KILL can come after a child ended by itself)
-                ended[pid] = exit_msg
-                if len(ended) > ENDED_KEPT:
-                    del ended[next(iter(ended))]
+                self.ended[pid] = exit_msg
+                if len(self.ended) > ENDED_KEPT:
+                    del self.ended[next(iter(self.ended))]
 
-    def fork_child() -> _Spare:
+    def fork_child(self) -> _Forked:
         """A new child with its own scratch folder and pipes; it isolates itself at once and
         then waits for its script. The zygote keeps only the host's ends of the pipes."""
-        scratch = folders.take()
+        scratch = self.folders.take()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        net_fd = self.net_fd
         pid = os.fork()
         if pid == 0:
-            if not layers:  # (entering the sandbox closes every fd but those it keeps)
+            if not self.layers:  # (entering the sandbox closes every fd but those it keeps)
                 _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
-            _child_after_fork(to_child_r, from_child_w, {**policy, "scratch": scratch, "net_fd": net_fd}, preloaded)
+            _child_after_fork(to_child_r, from_child_w, {**self.policy, "scratch": scratch, "net_fd": net_fd},
+                              self.preloaded)
         os.close(to_child_r)
         os.close(from_child_w)
-        children[pid] = scratch
-        return _Spare(pid, scratch, from_child_r, to_child_w)
+        self.children[pid] = scratch
+        return _Forked(pid, scratch, from_child_r, to_child_w)
 
-    key = ""  # of the bindings preloaded (spares forked since have them compiled)
-    spares: list[int] = []  # the pids of the spares forked (held by the host, or running), newest last
-    # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be able
-    # to lift it off the spare it gives a script), so that this work only gets CPU time nobody
-    # else wants; the zygote itself stays at the host's priority for everything else (a kill
-    # the watchdog asks for must not wait for an idle CPU).
-    idle = os.geteuid() == 0 and hasattr(os, "SCHED_IDLE")
-
-    def push_spare(replaces: int | None = None) -> None:
+    def push_spare(self, replaces: int | None = None) -> None:
         """Fork the next spare (in place of spare `replaces`, whose run is over) and hand its pipe
         ends to the host, which keeps them until a script needs a child (the zygote keeps nothing
         of it but its pid)."""
-        if idle:
+        if self.idle:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             try:
-                child = fork_child()  # the child keeps SCHED_IDLE while it sets itself up
+                child = self.fork_child()  # the child keeps SCHED_IDLE while it sets itself up
             finally:
                 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         else:
-            child = fork_child()
-        spares.append(child.pid)
-        del spares[:-spare_count]  # older ones (of older bindings) the host drops
-        send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": key, "idle": idle,
-              "replaces": replaces}, [child.host_read, child.host_write])
+            child = self.fork_child()
+        self.spares.append(child.pid)
+        del self.spares[:-self.spare_count]  # older ones (of older bindings) the host drops
+        self.send({"t": protocol.SPARE, "pid": child.pid, "scratch": child.scratch, "key": self.key, "idle": self.idle,
+                   "replaces": replaces}, [child.host_read, child.host_write])
         os.close(child.host_read)
         os.close(child.host_write)
 
-    send({"t": protocol.READY, "pid": os.getpid()})
-    for _ in range(spare_count):
-        push_spare()
-    lines = protocol.LineReader(1 << 30)  # the host is trusted
-    while True:
-        readable, _, _ = select.select([ctrl, wake_r], [], [])  # type: ignore[type-var]
-        if wake_r in readable:
-            try:
-                os.read(wake_r, 4096)
-            except BlockingIOError:
-                pass
-            reap()
-            if folders.trash:  # now, not with the next spare: its fork (under SCHED_IDLE) can wait long
-                trash, folders.trash = folders.trash, []
-                send({"t": protocol.TRASH, "paths": trash})
-            for pid in [pid for pid in spares if pid not in children]:  # its run is over (or it died)
-                spares.remove(pid)
-                push_spare(pid)
-        if ctrl not in readable:
-            continue
-        try:
-            data = ctrl.recv(1 << 16)
-        except InterruptedError:
-            continue
-        if not data:
-            break  # the host went away: stop, and take the children with us
-        lines.feed(data)
-        while (msg := lines.next()) is not None:
-            kind = msg.get("t")
-            if kind == protocol.FORK:  # the host has no spare at hand (concurrent runs)
-                child = fork_child()
-                send({"t": protocol.FORKED, "req": msg.get("req"), "pid": child.pid, "scratch": child.scratch},
-                     [child.host_read, child.host_write])
-                os.close(child.host_read)
-                os.close(child.host_write)
-            elif kind == protocol.PRELOAD:
-                # compiled, never run here: a tool's metadata is a third party's, and the code
-                # made of it runs only in a child, inside its sandbox, when its script uses it
-                try:
-                    preloaded.clear()
-                    preloaded[msg["key"]] = runtime.compile_pieces(msg["bindings"])
-                    key = str(msg["key"])
-                    gc.collect()
-                    gc.freeze()
-                except Exception:  # a child will compile what it uses itself, and say what failed
-                    preloaded.clear()
-                    key = ""
-                for _ in range(spare_count):  # spares with these bindings; the host drops older ones
-                    push_spare()
-            elif kind == protocol.KILL:
-                pid = int(msg["pid"])
-                if pid in ended:  # it had ended already: how
-                    send(ended.pop(pid))
-                if pid in children:  # only our own, not yet reaped: no pid-reuse race
-                    killed.add(pid)
-                    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                        try:
-                            target()
-                        except (ProcessLookupError, PermissionError):
-                            pass
-                if pid in spares:  # its run is over: the next spare now
-                    spares.remove(pid)
-                    push_spare(pid)
-    for pid in list(children):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    os._exit(0)
+    def send(self, msg: protocol.ZygoteMessage, fds: list[int] | None = None) -> None:
+        protocol.send_with_fds(self.ctrl, msg, fds)
+
+
+def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, scratch_root: str,
+                spare_count: int) -> NoReturn:
+    """Serve the host on `ctrl_fd` until it goes away; then kill every child and exit."""
+    Zygote(ctrl_fd, allowed, policy, scratch_root, spare_count).serve_host()
 
 
 def _child_after_fork(rfd: int, wfd: int, policy: protocol.ChildPolicy, preloaded: dict[str, Any]) -> None:

@@ -1,0 +1,152 @@
+"""`DurableBackend`: nexus.durable's `nexus_core.Durability`, on DBOS.
+
+- `await_answer`: the approval becomes a pending DBOS workflow (`_workflows`); this process's
+  approver, when the call has one, is asked in a thread of its own and its answer sent to the
+  workflow like any other process's; the first answer the workflow receives is the answer.
+- `run_handler`: a call runs in place, as without the backend (no record, no cost), unless it is
+  a call this process runs again for a host that was killed: then the handler is a DBOS step,
+  and its start is claimed first (`_claims`).
+- `started`: the Nexus is ready, so recover what killed hosts of this machine left.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from nexus_core import Answer, CancelToken, Nexus, Question, ToolCall, ToolDef, ToolResult
+
+from . import _engine, _workflows
+from ._claims import Claims
+from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, as_answer, new_record
+
+log = logging.getLogger("nexus_durable")
+
+HANDLER_STEP = "nexus.durable.handler"
+#: how long closing waits for a call taken over from a killed host to finish
+CLOSE_WAIT_SECONDS = 60.0
+
+
+def possibly_done(call: ToolCall, key: str) -> ToolResult:
+    text = (f"interrupted: {call.name} was running when its host stopped (killed, or it crashed), so it may "
+            f"have done its work; it is not run again (idempotency key {key})")
+    return ToolResult(id=call.id, name=call.name, output=text, error=text, error_kind="failure",
+                      metadata={"possibly_done": True, "idempotency_key": key})
+
+
+class DurableBackend:
+    def __init__(self, nexus: Nexus, url: str, expiry: float | None) -> None:
+        self.nexus = nexus
+        self.url = url
+        self.expiry = expiry
+        self._claims: Claims | None = None
+        self._closed = False
+
+    # -- nexus_core.Durability ---------------------------------------------------------------
+
+    def await_answer(self, question: Question, ask_here: Callable[[], Answer] | None,
+                     cancel: CancelToken | None = None) -> Answer:
+        from dbos import DBOS, SetWorkflowID
+
+        again = _workflows.resuming()
+        if again is not None and question.call.id == again.call_id:
+            return again.answer  # the recovered call's gates ask again: the answer is recorded
+        approval_id = f"approval-{uuid.uuid4().hex[:12]}"
+        record = new_record(approval_id, question, self.expiry, _workflows.PROCESS_TOKEN, _engine.executor_id())
+        with SetWorkflowID(approval_id):
+            handle = DBOS.start_workflow(_workflows.approval_workflow, record)
+        if ask_here is not None:
+            threading.Thread(target=self._answer_here, args=(approval_id, ask_here), daemon=True,
+                             name=f"nexus-durable-ask-{approval_id}").start()
+        else:
+            log.warning("approval %s (%s) waits for an answer: nexus approvals answer %s allow|deny",
+                        approval_id, question.call.name, approval_id)
+        forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
+        try:
+            outcome = handle.get_result()
+        finally:
+            if forget is not None:
+                forget()
+        return as_answer(outcome["answer"])
+
+    @staticmethod
+    def _stopped(approval_id: str, cancel: CancelToken) -> None:
+        """The asking call was stopped (Ctrl-C, its run_code script ended): the approval is
+        answered as a refusal, so the wait ends and nobody answers a call no one waits for."""
+        from dbos import DBOS
+
+        why = f" ({cancel.reason})" if cancel.reason else ""
+        try:
+            DBOS.send(approval_id, {"approved": False, "by": "nobody",
+                                    "text": f"the call was stopped while it waited for approval{why}"},
+                      topic=ANSWER_TOPIC)
+        except Exception:
+            log.exception("could not end the wait of approval %s", approval_id)
+
+    @staticmethod
+    def _answer_here(approval_id: str, ask_here: Callable[[], Answer]) -> None:
+        from dbos import DBOS
+
+        answer = ask_here()
+        try:
+            # a workflow that has its answer already (from another process, or expired) ignores it
+            DBOS.send(approval_id, {"approved": answer.approved, "text": answer.text, "by": answer.by},
+                      topic=ANSWER_TOPIC)
+        except Exception:
+            log.exception("could not send this process's answer to approval %s", approval_id)
+
+    def run_handler(self, call: ToolCall, tool: ToolDef, run: Callable[[str], ToolResult]) -> ToolResult:
+        if not _workflows.running_resumed:  # the path of nearly every call: run it in place
+            return run(call.id)
+        again = _workflows.resuming()
+        if again is None or call.id != again.call_id:
+            return run(call.id)
+        from dbos import DBOS
+
+        key = f"{again.approval_id}/{call.id}"
+
+        def once() -> ToolResult:
+            if not self._claim(key):
+                log.warning("call %s (%s) was running when its host stopped: reported as possibly done, not run "
+                            "again", call.id, call.name)
+                return possibly_done(call, key)
+            return run(key)
+
+        result: ToolResult = DBOS.run_step({"name": HANDLER_STEP}, once)
+        return result
+
+    def started(self) -> None:
+        _workflows.set_host(self)
+        try:
+            _engine.recover_dead((APPROVAL_WORKFLOW,))
+        except Exception:
+            log.exception("could not recover the durable calls of ended processes")
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def resume(self, record: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        """Run a recovered approval's call here (the workflow's thread)."""
+        return _workflows.run_resumed(self.nexus, record, answer)
+
+    def _claim(self, key: str) -> bool:
+        if self._claims is None:
+            self._claims = Claims(self.url)
+        return self._claims.claim(key, _engine.executor_id())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _workflows.clear_host(self)
+        # a call this process took over from a killed host finishes before the engine stops (a
+        # short-lived `nexus` command may have taken one): cut short, it would be reported as
+        # possibly done in the next host instead of done
+        if not _workflows.wait_resumed(CLOSE_WAIT_SECONDS):
+            log.warning("closing while a call taken over from a killed host still runs; the next host reports it "
+                        "as possibly done")
+        if self._claims is not None:
+            self._claims.close()
+        _engine.release()
