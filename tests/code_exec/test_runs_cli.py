@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl, native_tool
+from nexus_core import Nexus, Rewrite, ToolCall, ToolDef, Veto, hookimpl, native_tool
 
 CE = "nexus.tool.code_exec"
 
@@ -122,6 +122,35 @@ def test_runs_show_json_has_every_call_with_its_timing_and_group(sessions: tuple
     failed = nexus(tmp_path, "runs", "--session-dir", str(folder), "show", failed_id)
     assert failed.returncode == 0 and "└─ error" in failed.stdout and "\x1b" not in failed.stdout
     assert "\\x1b[31mluck" in failed.stdout
+
+
+class Redirect:
+    """Rewrites a lookup of key "old" to key "new"."""
+
+    NEXUS_PLUGIN_ID = "acme.redirect"
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Rewrite | None:
+        return Rewrite({"key": "new"}) if call.arguments.get("key") == "old" else None
+
+
+def test_runs_show_names_the_gate_that_rewrote_a_call(tmp_path: Path) -> None:
+    config = {"workspace": str(tmp_path), "session_dir": str(tmp_path / "sessions"), "skills": [],
+              "plugins": {"active": [CE], CE: {"timeout_seconds": 60}}}
+    script = "import tools\n\ndef run(ctx):\n    return [tools.lookup(key=k).output[:12] for k in ('old', 'kept')]\n"
+    with Nexus.from_config(config, plugins=[Redirect()], tools=[lookup()]) as nx:
+        run = nx.invoke("run_code", {"script": script})
+    assert run.output_structured["result"] == ["value of new", "value of kep"]
+    shown = nexus(tmp_path, "runs", "--session-dir", str(tmp_path / "sessions"), "show", run.id)
+    assert shown.returncode == 0, shown.stderr
+    rewritten, kept = shown.stdout.splitlines()[1:3]
+    # the script's arguments, and who changed them before the call ran (its result shows what ran)
+    assert rewritten.startswith('├─ lookup {"key": "old"}  ok, rewritten by acme.redirect  ')
+    assert "→ value of new" in rewritten
+    assert kept.startswith('├─ lookup {"key": "kept"}  ok  ') and "rewritten" not in kept
+    as_json = json.loads(nexus(tmp_path, "runs", "--session-dir", str(tmp_path / "sessions"), "show", run.id,
+                               "--json").stdout)
+    assert [c["rewritten_by"] for c in as_json["calls"]] == [["acme.redirect"], []]
 
 
 def test_runs_show_of_an_unknown_id_names_the_recent_ones(sessions: tuple[Path, list[str]], tmp_path: Path) -> None:

@@ -397,6 +397,29 @@ def test_nexus_before_tool_invoke_rewrite_reaches_the_handler_and_observers(nx: 
     assert recorder.results[-1][0].arguments == {"q": "x", "limit": 10} and recorder.results[-1][0].id == "c1"
 
 
+def test_a_rewritten_call_and_its_result_name_the_gates_that_rewrote_it(nx: Nexus, recorder: Recorder) -> None:
+    nx.register(Gate(lambda call: Rewrite({"q": "x", "limit": 10}) if "limit" not in call.arguments else None),
+                name="acme.limit")
+    nx.register(Gate(lambda call: Rewrite({**call.arguments, "safe": True}) if "limit" in call.arguments
+                     and "safe" not in call.arguments else None), name="acme.safe")
+    result = nx.invoke(ToolCall(id="c1", name="echo", arguments={"q": "x"}))
+    assert result.output_structured == {"q": "x", "limit": 10, "safe": True}
+    assert result.metadata["rewritten_by"] == ["acme.limit", "acme.safe"]  # in the order of the rounds
+    assert recorder.invoked[-1].metadata["rewritten_by"] == ["acme.limit", "acme.safe"]
+    # a call no gate rewrote says nothing, whatever its caller put in its metadata
+    plain = nx.invoke(ToolCall(id="c2", name="echo", arguments={"q": "y", "limit": 1, "safe": True},
+                               metadata={"rewritten_by": ["forged"], "script_line": 3}))
+    assert "rewritten_by" not in plain.metadata and "rewritten_by" not in recorder.invoked[-1].metadata
+    assert recorder.invoked[-1].metadata["script_line"] == 3
+    forged = {"rewritten_by": ["forged"]}
+    assert "rewritten_by" not in nx.invoke(ToolCall(id="c4", name="nope", metadata=forged)).metadata
+    assert "rewritten_by" not in nx.refuse(ToolCall(id="c5", name="echo", metadata=forged), "no", "failure").metadata
+    # a rewritten call that is then vetoed says who rewrote it too
+    nx.register(Gate(lambda call: Veto("no safe calls") if call.arguments.get("safe") else None), name="acme.no")
+    vetoed = nx.invoke(ToolCall(id="c3", name="echo", arguments={"q": "z"}))
+    assert vetoed.error == "vetoed: no safe calls" and vetoed.metadata["rewritten_by"] == ["acme.limit", "acme.safe"]
+
+
 def test_nexus_before_tool_invoke_gates_all_rerun_on_a_rewritten_call(nx: Nexus) -> None:
     rewriter = Gate(lambda call: Rewrite({"path": "/etc/passwd"}))
     guard = Gate(lambda call: Veto("no /etc") if call.arguments.get("path", "").startswith("/etc") else None)

@@ -73,7 +73,7 @@ def main() -> int:
 def log_in(config: dict[str, Any]) -> None:
     """`nexus mcp login s`, with the headless browser."""
     from nexus_mcp._auth import login
-    from nexus_mcp._config import parse_servers
+    from nexus_mcp._settings import parse_servers
 
     with Nexus({**config, "plugins": {"active": []}}) as bare:
         parsed = parse_servers(config["plugins"]["nexus.mcp.client"], bare)[0]

@@ -304,7 +304,7 @@ def test_env_args_and_cwd_reach_the_server_with_variables_expanded(
     ({"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer ${NEXUS_TEST_UNSET_VAR}"}},
      "plugins.nexus.mcp.client.servers.bad.headers.Authorization: environment variable NEXUS_TEST_UNSET_VAR"),
     ({"command": "x", "args": ["--key", "${1BAD}"]},
-     "plugins.nexus.mcp.client.servers.bad.args.1: ${1BAD} is not a variable name"),
+     "plugins.nexus.mcp.client.servers.bad.args[1]: ${1BAD} is not a variable name"),
     ({"command": "x", "url": "http://x/mcp"},
      ("plugins.nexus.mcp.client.servers.bad: give either `command` (a stdio server) or `url` (a streamable HTTP "
       "server), not both")),

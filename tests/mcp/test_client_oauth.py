@@ -20,7 +20,7 @@ import pytest
 import yaml
 from mcp_helpers import BIN, SERVERS, mcp_config, wait_for
 from nexus_mcp._auth import AUTH_DIR_ENV, login, storage_for
-from nexus_mcp._config import parse_servers
+from nexus_mcp._settings import parse_servers
 from test_client_http import free_port, listening
 
 from nexus_core import ConfigError, Nexus

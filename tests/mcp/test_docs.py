@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 
 from mcp_helpers import REPO, time_server
-from nexus_mcp._config import SERVER_SCHEMA
+from nexus_mcp._settings import SERVER_SCHEMA
 
 from nexus_core import Nexus
 

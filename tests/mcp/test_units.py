@@ -13,10 +13,10 @@ from mcp_helpers import SERVERS
 from nexus_core.cli import UsageError
 from nexus_core.content import ResourceContent, TextContent
 from nexus_mcp._cli import parse_host_port
-from nexus_mcp._config import expand
 from nexus_mcp._convert import to_call_tool_result, to_toolresult
 from nexus_mcp._names import nexus_tool_name, python_name
 from nexus_mcp._schema import inline_refs
+from nexus_mcp._settings import expand
 
 from nexus_core import ToolResult
 

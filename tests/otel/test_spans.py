@@ -5,6 +5,7 @@ agent tasks; and that installed-but-off registers nothing."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import threading
 import time
@@ -22,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from nexus_core import Answer, Ask, Nexus, Rewrite, ToolCall, ToolDef, Veto, hookimpl, native_tool
+from nexus_core import Answer, Ask, Nexus, Rewrite, ToolCall, ToolDef, ToolResult, Veto, hookimpl, native_tool
 
 CE = "nexus.tool.code_exec"
 
@@ -174,6 +175,38 @@ def test_the_duration_metric_is_by_tool_and_outcome(traces: Traces) -> None:
     assert points[(("error.type", "unknown_tool"), op, ("gen_ai.tool.name", "_OTHER"))].count == 1
 
 
+def test_a_sampler_that_drops_the_span_drops_its_content_and_keeps_the_metric(
+        traces: Traces, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    import nexus_otel._tracer as tracer_module
+
+    encoded: list[Any] = []
+    real_json = tracer_module._json
+    monkeypatch.setattr(tracer_module, "_json", lambda value: encoded.append(value) or real_json(value))
+    dropping = TracerProvider(sampler=ALWAYS_OFF)
+    dropping.add_span_processor(SimpleSpanProcessor(traces.exporter))
+    config = {"plugins": {PLUGIN_ID: {"capture_content": True}}}
+    with Nexus.from_config(config, autoload=False, plugins=[OtelPlugin.using(dropping, traces.meter_provider)],
+                           tools=[echo()]) as nx:
+        assert nx.invoke("echo", {"text": "not for the trace"}).output == "not for the trace"
+        assert nx.invoke("nope").error_kind == "unknown_tool"
+    assert traces.spans() == [] and encoded == []  # the arguments were never turned into JSON
+    counts = {p.attributes["gen_ai.tool.name"]: p.count for p in traces.points("gen_ai.execute_tool.duration")}
+    assert counts == {"echo": 1, "_OTHER": 1}  # metrics are not sampled
+
+
+def test_a_tool_registered_anew_under_its_name_has_its_new_description(traces: Traces) -> None:
+    with Nexus(autoload=False, plugins=[traces.plugin()], tools=[echo()]) as nx:
+        nx.invoke("echo", {"text": "a"})
+        nx.remove_tool("echo")
+        nx.add_tool(native_tool("echo", "Echo it louder.", {"type": "object"}, lambda a: "A"))
+        nx.invoke("echo", {"text": "a"})
+    first, second = traces.named("execute_tool echo")
+    assert first.attributes["gen_ai.tool.description"] == "Echo the text."
+    assert second.attributes["gen_ai.tool.description"] == "Echo it louder."
+
+
 # -- run_code -------------------------------------------------------------------------------
 
 
@@ -289,6 +322,105 @@ def test_a_model_request_is_a_chat_span_with_its_usage(traces: Traces) -> None:
     assert event.attributes["nexus.gate.hook"] == "nexus_before_model_request"
     tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in traces.points("gen_ai.client.token.usage")}
     assert tokens == {"input": 3, "output": 2}
+
+
+def conversation() -> ModelRequest:
+    """A request of every kind of message: the person's, the model's tool call, its result."""
+    return ModelRequest(provider="scripted", model="m1", system="Be brief.", messages=(
+        Message.user("what is 2+2?"),
+        Message.assistant("Let me check.", (ToolCall(id="t0", name="calc", arguments={"expr": "2+2"}),)),
+        Message.tool((ToolResult(id="t0", name="calc", output="4"),
+                      ToolResult(id="t9", name="calc", output="", error="no such thing", error_kind="failure"))),
+    ))
+
+
+def test_chat_spans_capture_the_messages_by_the_conventions_when_asked(traces: Traces,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {"plugins": {PLUGIN_ID: {"capture_content": True}}}
+    with Nexus.from_config(config, autoload=False, plugins=[traces.plugin(), Scripted()]) as nx:
+        nx.complete(conversation())
+    chat = traces.one("chat m1")
+    assert json.loads(chat.attributes["gen_ai.system_instructions"]) == [{"type": "text", "content": "Be brief."}]
+    assert json.loads(chat.attributes["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "what is 2+2?"}]},
+        {"role": "assistant", "parts": [{"type": "text", "content": "Let me check."},
+                                        {"type": "tool_call", "id": "t0", "name": "calc", "arguments": {"expr": "2+2"}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "t0", "response": "4"},
+                                   {"type": "tool_call_response", "id": "t9", "response": "no such thing"}]},
+    ]
+    # the scripted model answers a tool message with text: the conventions' "stop", not the provider's word
+    assert json.loads(chat.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "done"}], "finish_reason": "stop"}]
+    assert "nexus.gen_ai.input.messages_omitted" not in chat.attributes
+
+    # the variable asks for it too; a model's tool calls are the output's parts
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    again = Traces()
+    with Nexus(autoload=False, plugins=[again.plugin(), Scripted()]) as nx:
+        nx.complete(ModelRequest(provider="scripted", model="m1", messages=(Message.user("go"),)))
+    output = json.loads(again.one("chat m1").attributes["gen_ai.output.messages"])
+    assert output == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "tool_call", "id": "t1", "name": "echo", "arguments": {"text": "a"}},
+        {"type": "tool_call", "id": "t2", "name": "echo", "arguments": {"text": "b"}}]}]
+    assert "gen_ai.system_instructions" not in again.one("chat m1").attributes  # the request had none
+
+
+def test_chat_messages_are_not_captured_by_default_nor_when_refused(traces: Traces,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    with Nexus(autoload=False, plugins=[traces.plugin(), Scripted()]) as nx:
+        nx.complete(conversation())
+    assert not any(key.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.system"))
+                   for key in traces.one("chat m1").attributes)
+    config = {"plugins": {PLUGIN_ID: {"capture_content": True}}}
+    vetoed = Traces()
+    with Nexus.from_config(config, autoload=False, plugins=[vetoed.plugin(), Parrot(), NoBigModels()]) as nx:
+        with pytest.raises(ModelError):
+            nx.complete(ModelRequest(provider="parrot", model="big", messages=(Message.user("hello"),)))
+    refused = vetoed.one("chat big")  # what was asked is on the span; there is no answer
+    assert json.loads(refused.attributes["gen_ai.input.messages"])[0]["parts"][0]["content"] == "hello"
+    assert "gen_ai.output.messages" not in refused.attributes
+
+
+def test_captured_messages_are_bounded_and_say_so(traces: Traces) -> None:
+    from nexus_otel._messages import MAX_MESSAGES_CHARS, MAX_PART_CHARS
+
+    long = "x" * (MAX_PART_CHARS + 500)
+    many = tuple(Message.user(f"{i}:" + "y" * 4000) for i in range(40))  # ~160 KB of messages
+    results = tuple(ToolResult(id=f"r{i}", name="calc", output="z" * 6000) for i in range(40))
+    config = {"plugins": {PLUGIN_ID: {"capture_content": True}}}
+    with Nexus.from_config(config, autoload=False, plugins=[traces.plugin(), Parrot()]) as nx:
+        nx.complete(ModelRequest(provider="parrot", model="long", system=long, messages=(Message.user(long),)))
+        nx.complete(ModelRequest(provider="parrot", model="many", messages=many))
+        nx.complete(ModelRequest(provider="parrot", model="wide", messages=(Message.tool(results),
+                                                                            Message.user("and?"))))
+        nx.complete(ModelRequest(provider="parrot", model="widest", messages=(Message.user("go"),
+                                                                              Message.tool(results))))
+    one = traces.one("chat long").attributes
+    [part] = json.loads(one["gen_ai.input.messages"])[0]["parts"]
+    assert part["content"] == "x" * MAX_PART_CHARS + f"... (truncated: {MAX_PART_CHARS + 500} characters)"
+    assert json.loads(one["gen_ai.system_instructions"])[0]["content"].endswith("(truncated: 8692 characters)")
+    assert json.loads(one["gen_ai.output.messages"])[0]["parts"][0]["content"].endswith("characters)")
+
+    kept = traces.one("chat many").attributes
+    messages = json.loads(kept["gen_ai.input.messages"])
+    assert len(kept["gen_ai.input.messages"]) <= MAX_MESSAGES_CHARS
+    # the latest messages are kept, and the span says how many of the oldest were left out
+    assert messages[-1]["parts"][0]["content"].startswith("39:")
+    assert kept["nexus.gen_ai.input.messages_omitted"] == 40 - len(messages) > 0
+    assert messages[0]["parts"][0]["content"].startswith(f"{40 - len(messages)}:")
+
+    wide = traces.one("chat wide").attributes
+    assert len(wide["gen_ai.input.messages"]) <= MAX_MESSAGES_CHARS
+    [last] = json.loads(wide["gen_ai.input.messages"])  # the tool message was too long to keep beside it
+    assert last["role"] == "user" and wide["nexus.gen_ai.input.messages_omitted"] == 1
+    # the latest message alone is too long: its first parts, and how many more there were
+    widest = traces.one("chat widest").attributes
+    assert len(widest["gen_ai.input.messages"]) <= MAX_MESSAGES_CHARS
+    [tool] = json.loads(widest["gen_ai.input.messages"])
+    *responses, note = tool["parts"]
+    assert [r["id"] for r in responses] == [f"r{i}" for i in range(len(responses))] and responses
+    assert note == {"type": "text", "content": f"... (truncated: {40 - len(responses)} more parts)"}
 
 
 class Scripted:

@@ -107,13 +107,16 @@ class GateRules(Generic[S]):
 class Verdict(Generic[S]):
     """What the gates decided: the subject as it goes on (maybe replaced), or why it is refused
     (`refusal`, with the plugin it names in `by`, the exception of a gate that raised in
-    `raised`). `asks` are the gates that asked, when a person answered."""
+    `raised`). `asks` are the gates that asked, when a person answered; `replaced_by` the
+    gates whose replacement (a rewrite of a call's arguments) the subject went on with, in the
+    order of their rounds."""
 
     subject: S
     refusal: str | None = None
     by: str | None = None
     raised: BaseException | None = attrs.field(default=None, eq=False)
     asks: tuple[tuple[str, Ask], ...] = ()
+    replaced_by: tuple[str, ...] = ()
 
 
 class _GateRaised(Exception):
@@ -298,6 +301,7 @@ class HookCalls:
         if hook not in self._plans and not self.monitored:
             return Verdict(subject)
         told = "nexus_gate_decision" in self._plans
+        replaced_by: dict[str, None] = {}  # the gates whose replacements were taken, once each, in order
 
         def tell(action: Action, plugin: str | None, on: Any, reason: str = "", round_: int = 1,
                  answer: Answer | None = None) -> None:
@@ -308,7 +312,7 @@ class HookCalls:
         def refuse(on: S, reason: str, plugin: str | None, round_: int,
                    raised: BaseException | None = None) -> Verdict[S]:
             tell("veto", plugin, on, reason, round_)
-            return Verdict(on, refusal=reason, by=plugin, raised=raised)
+            return Verdict(on, refusal=reason, by=plugin, raised=raised, replaced_by=tuple(replaced_by))
 
         for round_ in range(1, MAX_GATE_ROUNDS + 1):
             try:
@@ -338,19 +342,21 @@ class HookCalls:
                     tell(rules.replace_action, plugin, subject, "", round_)
                     replacements.append((plugin, replaced))
             if not replacements:
+                applied = tuple(replaced_by)
                 if not asks or approve is None:
-                    return Verdict(subject)
+                    return Verdict(subject, replaced_by=applied)
                 # a veto of this round has returned already: deny wins over ask
                 person, denial = approve(subject, tuple(asks))
                 tell("answer", person.by, subject, person.text, round_, person)
                 if denial is None:
-                    return Verdict(subject, asks=tuple(asks))
-                return Verdict(subject, refusal=denial, by=person.by, asks=tuple(asks))
+                    return Verdict(subject, asks=tuple(asks), replaced_by=applied)
+                return Verdict(subject, refusal=denial, by=person.by, asks=tuple(asks), replaced_by=applied)
             first = replacements[0][1]
             if any(not rules.same(r, first) for _, r in replacements[1:]):
                 plugins = [p for p, _ in replacements]
                 reason = f"{rules.gates} {rules.replaced} in conflicting ways ({names(plugins)})"
                 return refuse(subject, reason, plugins[0], round_)
             subject = first
+            replaced_by.update(dict.fromkeys(p for p, _ in replacements))
         return refuse(subject, f"{rules.gates} still {rules.replacing} after {MAX_GATE_ROUNDS} rounds", None,
                       MAX_GATE_ROUNDS)

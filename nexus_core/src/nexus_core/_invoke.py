@@ -17,7 +17,8 @@ Gate rules (datasette's: deny wins whatever the plugin order):
 - a gate that raises, or returns something other than Veto / Rewrite / None, is a veto naming
   that plugin (fail closed);
 - `Rewrite`s are applied only when every rewriting gate agrees on the new arguments; then all
-  gates run again on the rewritten call, until none rewrites (at most `MAX_GATE_ROUNDS`);
+  gates run again on the rewritten call, until none rewrites (at most `MAX_GATE_ROUNDS`); the
+  call as it runs and its result carry `metadata["rewritten_by"]`, the plugins that rewrote it;
 - `Ask`s count only in the last round, on the call as it will run: one `Question` carries every
   asking gate's question to the approver (the invoke's, else the parent call's, else the
   Nexus's). A denial is a veto with the person's reason; no approver is a veto too.
@@ -58,6 +59,17 @@ if TYPE_CHECKING:
     from ._nexus import Approver, Nexus
 
 log = logging.getLogger("nexus_core")
+
+#: the metadata key, on a call the gates rewrote and on its result, of the gates that rewrote it
+REWRITTEN_BY = "rewritten_by"
+
+
+def _as_given(call: ToolCall) -> ToolCall:
+    """`call` without a `rewritten_by` its caller put in its metadata: only the gates say it."""
+    if REWRITTEN_BY not in call.metadata:
+        return call
+    return attrs.evolve(call, metadata={k: v for k, v in call.metadata.items() if k != REWRITTEN_BY})
+
 
 def _vetoed(call: ToolCall, reason: str, plugin: str | None, kind: ErrorKind = "vetoed") -> ToolResult:
     result = error_result(call, f"vetoed: {reason}", kind)
@@ -210,6 +222,7 @@ class Invoker:
     def _invoke(self, call: ToolCall, context: Mapping[str, Any] | None, answer: Any,
                 approver: Approver | None, cancel: CancelToken | None,
                 progress: Callable[..., Any] | None = None) -> ToolResult:
+        call = _as_given(call)
         found = self._registry.lookup(call.name)
         self._pm.notify("nexus_tool_call_start", call=call, tool=found[0] if found is not None else None)
         if found is None:
@@ -270,6 +283,7 @@ class Invoker:
     def refuse(self, call: ToolCall, error: str, kind: ErrorKind) -> ToolResult:
         """An error result for a call that is not run (`Nexus.refuse`): announced to
         `nexus_tool_call_start` like any call, then through the result gates and observers."""
+        call = _as_given(call)
         tool = self._registry.get(call.name)
         self._pm.notify("nexus_tool_call_start", call=call, tool=tool)
         return self._refuse(call, tool, error, kind)
@@ -355,6 +369,9 @@ class Invoker:
         """The call gates' verdict: the (maybe rewritten) call and, when refused, the error result."""
         verdict = self._pm.gate("nexus_before_tool_invoke", CALL_GATES, call, lambda c: {"call": c, "tool": tool},
                                 self._approval(tool, approver, cancel))
+        if verdict.replaced_by:
+            rewritten = {**verdict.subject.metadata, REWRITTEN_BY: list(verdict.replaced_by)}
+            verdict = attrs.evolve(verdict, subject=attrs.evolve(verdict.subject, metadata=rewritten))
         if verdict.refusal is None:
             return verdict.subject, None
         result = _vetoed(verdict.subject, verdict.refusal, verdict.by)
@@ -369,6 +386,9 @@ class Invoker:
         return verdict.subject if verdict.refusal is None else _vetoed(call, verdict.refusal, verdict.by)
 
     def _finish(self, call: ToolCall, result: ToolResult, tool: ToolDef | None) -> ToolResult:
+        rewritten_by = call.metadata.get(REWRITTEN_BY) if call.metadata else None
+        if rewritten_by:  # the result says which gates rewrote the call it answers (run records show it)
+            result = attrs.evolve(result, metadata={**result.metadata, REWRITTEN_BY: rewritten_by})
         result = self._gate_result(call, result, tool)
         self._pm.notify("nexus_tool_result", call=call, result=result, tool=tool)
         return result

@@ -106,14 +106,30 @@ def read_settings(cls: type[SettingsT], section: dict[str, Any]) -> SettingsT:
         raise SettingError((), explain_structure_error(exc, cls, cls.__name__)) from None
 
 
-def _setting_error(exc: BaseException) -> SettingError | None:
+def _setting_error(exc: BaseException, path: tuple[str | int, ...] = ()) -> SettingError | None:
+    """The first SettingError in cattrs's tree of structuring errors, its key made a path from
+    the section: one raised by a nested settings class (a server of a `servers` map) names
+    `("servers", "docs", "headers")`, not its own `"headers"`. cattrs notes on each inner error
+    the attribute, list index or mapping key it was structuring."""
     if isinstance(exc, SettingError):
-        return exc
+        return SettingError((*path, *exc.key), exc.message) if path else exc
     for inner in getattr(exc, "exceptions", ()):
-        found = _setting_error(inner)
+        found = _setting_error(inner, (*path, *_where(inner)))
         if found is not None:
             return found
     return None
+
+
+def _where(exc: BaseException) -> tuple[str | int, ...]:
+    """The key an inner structuring error belongs to, from its cattrs note (empty when none)."""
+    from cattrs.errors import AttributeValidationNote, IterableValidationNote
+
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            return (note.name,)
+        if isinstance(note, IterableValidationNote):
+            return (note.index,)
+    return ()
 
 
 class Plugin(Generic[SettingsT]):

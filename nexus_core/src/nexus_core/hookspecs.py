@@ -133,7 +133,9 @@ def nexus_before_tool_invoke(call: ToolCall, tool: ToolDef) -> Veto | Rewrite | 
     whatever the plugin order; a gate that raises, or returns anything else, counts as a veto
     naming it (fail closed). Return `Rewrite(arguments)` to replace the arguments: all gates then
     run again on the rewritten call, until none rewrites, and the final arguments are validated
-    against the tool's schema; two gates rewriting the same call differently refuse it.
+    against the tool's schema (the call as it runs and its result carry
+    `metadata["rewritten_by"]`, the plugin ids); two gates rewriting the same call differently
+    refuse it.
     Return `Ask(question)` to have a person decide once the call is final (no gate rewrites it
     any more): the approver of the invoke, of its parent call, or of the Nexus is asked all the
     gates' questions at once; a denial is a veto carrying the person's reason, and with no

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-    from ._config import OAuthSettings, ServerConfig
+    from ._settings import OAuthSettings, ServerConfig
 
 #: overrides the folder the tokens are kept in (tests, or a user who wants them elsewhere)
 AUTH_DIR_ENV = "NEXUS_MCP_AUTH_DIR"

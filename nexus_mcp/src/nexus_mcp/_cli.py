@@ -96,9 +96,9 @@ def _serve_http(ctx: click.Context, state: CliState, http: str, *, stateless: bo
 
     import anyio
 
-    from ._config import CONFIG_SCHEMA, PLUGIN_ID, parse_serve
     from ._http_security import BindRefused, listen, resolve_token
     from ._serve import NexusMcpServer, Terminated, stop_on_sigterm
+    from ._settings import PLUGIN_ID, configured, resolve_serve
 
     host, port = parse_host_port(http)
     # refused before the Nexus opens (and starts what it starts): a wrong address runs nothing
@@ -110,9 +110,10 @@ def _serve_http(ctx: click.Context, state: CliState, http: str, *, stateless: bo
         raise UsageError(f"--http {http}: cannot listen there: {exc.strerror or exc}") from None
     try:
         nx = state.open(ctx)
-        settings = parse_serve(nx.config.validate_plugin_section(PLUGIN_ID, CONFIG_SCHEMA), nx.config)
+        settings = configured(nx.config).serve  # the plugin may not be active: its section is read here
+        given = resolve_serve(settings, nx.config)
         try:
-            token = resolve_token(settings.token, settings.token_source, os.environ)
+            token = resolve_token(given.token, given.token_source, os.environ)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     except BaseException:
@@ -154,10 +155,10 @@ def _serve_http(ctx: click.Context, state: CliState, http: str, *, stateless: bo
 
 def _oauth_server(ctx: click.Context, name: str) -> tuple[Any, Any]:
     """The Nexus of this command and the settings of its server `name`, which must use OAuth."""
-    from ._config import CONFIG_SCHEMA, PLUGIN_ID, parse_servers
+    from ._settings import PLUGIN_ID, configured, resolve_servers
 
     nx = ctx.ensure_object(CliState).open(ctx)
-    servers = {s.name: s for s in parse_servers(nx.config.validate_plugin_section(PLUGIN_ID, CONFIG_SCHEMA), nx)}
+    servers = {s.name: s for s in resolve_servers(configured(nx.config), nx.config)}
     config = servers.get(name)
     if config is None:
         known = ", ".join(sorted(servers)) or "none"

@@ -24,9 +24,9 @@ from nexus_core.plugins import describe_exception
 
 from nexus_core import CallContext, Nexus, ToolCall, ToolDef, ToolRegistrationError, ToolResult
 
-from ._config import PLUGIN_ID, ServerConfig
 from ._loop import LoopThread
 from ._names import Claim, nexus_tool_name, plan_names
+from ._settings import PLUGIN_ID, ServerConfig
 from ._tools import MCP_SERVER, to_tooldef, tool_name, wraps_result
 
 if TYPE_CHECKING:

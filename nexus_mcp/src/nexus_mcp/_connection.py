@@ -33,7 +33,7 @@ from nexus_core.plugins import describe_exception
 from nexus_core.supervisor import supervised_command, why_unavailable
 
 from ._client_elicit import MAX_PER_CALL
-from ._config import ServerConfig
+from ._settings import ServerConfig
 
 log = logging.getLogger("nexus_mcp")
 

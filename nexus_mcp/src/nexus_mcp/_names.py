@@ -39,7 +39,7 @@ import attrs
 
 from nexus_core import sanitize
 
-from ._config import PLUGIN_ID
+from ._settings import PLUGIN_ID
 
 
 def nexus_tool_name(prefix: str, tool: str) -> str:

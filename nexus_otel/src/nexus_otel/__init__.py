@@ -1,13 +1,13 @@
 """The `nexus.otel` plugin: OpenTelemetry traces and metrics of a Nexus, by the GenAI semantic
 conventions: an `execute_tool {tool}` span per tool call (run_code's span the parent of its
-inner calls'), `chat {model}` per model request, `invoke_agent nexus` per agent task, each
-gate's decision an event on its call's span; `gen_ai.execute_tool.duration` and run_code's
+inner calls'), `chat {model}` per model request (its messages too when content is captured),
+`invoke_agent nexus` per agent task, each gate's decision an event on its call's span; `gen_ai.execute_tool.duration` and run_code's
 run duration and inner-call count as metrics.
 
     plugins:
       nexus.otel:
         enabled: null            # null: trace when an OTEL_* exporter is set or the host set providers
-        capture_content: null    # record arguments and results; null: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+        capture_content: null    # record arguments, results and messages; null: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 
 Exporters are configured the standard way, by the `OTEL_*` variables (see `_setup`). When
 nothing asks for tracing the plugin registers no hook on the call path: installed and off costs
@@ -49,7 +49,8 @@ class OtelSettings:
         "trace this Nexus: true, false, or null (the default) to trace when an OTEL_* exporter is configured "
         "or the host has set OpenTelemetry providers"))
     capture_content: bool | None = setting(None, description=(
-        "record tool arguments and results on spans (gen_ai.tool.call.arguments / .result); null (the "
+        "record tool arguments and results (gen_ai.tool.call.arguments / .result) and model requests' messages "
+        "(gen_ai.input.messages, gen_ai.output.messages, gen_ai.system_instructions) on spans; null (the "
         f"default) follows {CAPTURE_VARIABLE}"))
 
 

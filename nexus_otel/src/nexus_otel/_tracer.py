@@ -73,18 +73,53 @@ def run_error_type(error: str) -> str:
     return "error"
 
 
+_now = time.perf_counter
+_thread = threading.get_ident
+
+
+class _ToolSpans:
+    """What every call of one tool shares, made once (not per call): its span's name and fixed
+    attributes, and the attributes of its duration metric when it succeeds. Kept per tool name,
+    and made again when the name comes to mean another `ToolDef` (a tool registered anew)."""
+
+    __slots__ = ("tool", "span_name", "attributes", "metric")
+
+    def __init__(self, tool: ToolDef | None, name: str) -> None:
+        self.tool = tool
+        self.span_name = f"execute_tool {name}"
+        self.attributes: dict[str, Any] = {
+            gen_ai.GEN_AI_OPERATION_NAME: "execute_tool",
+            gen_ai.GEN_AI_TOOL_NAME: name,
+            gen_ai.GEN_AI_TOOL_TYPE: "function",
+        }
+        if tool is not None and tool.description:
+            self.attributes[gen_ai.GEN_AI_TOOL_DESCRIPTION] = _clip(tool.description)
+        # an unknown tool's name (a model's invention) is no metric attribute: the series stay bounded
+        self.metric: dict[str, Any] = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool",
+                                       gen_ai.GEN_AI_TOOL_NAME: name if tool is not None else OTHER}
+
+    def failed_metric(self, kind: str) -> dict[str, Any]:
+        return {**self.metric, ERROR_TYPE: kind}
+
+
 class _Open:
     """A tool call's span while it runs: the span, the context token to detach on its thread,
-    when it started (for the duration metric), and the tool name metrics use."""
+    when it started (for the duration metric), and what its tool's calls share."""
 
-    __slots__ = ("span", "token", "started", "tool")
+    __slots__ = ("span", "token", "started", "shared")
 
-    def __init__(self, span: Span, token: object, started: float, tool: str) -> None:
-        self.span, self.token, self.started, self.tool = span, token, started, tool
+    def __init__(self, span: Span, token: object, started: float, shared: _ToolSpans) -> None:
+        self.span, self.token, self.started, self.shared = span, token, started, shared
 
 
 class Tracer:
-    """Spans and metrics of one Nexus's calls, model requests and agent tasks."""
+    """Spans and metrics of one Nexus's calls, model requests and agent tasks.
+
+    The tool-call hooks run on every call, so they do as little as they can per call (bench/
+    bench_tracing.py measures them): a tool's span name and fixed attributes are made once
+    (`_ToolSpans`); a call adds its id (and script line); what costs more (arguments and results
+    as JSON, an error's status) is built only when the span records, so a sampler that drops a
+    span saves that work too."""
 
     def __init__(self, tracer_provider: TracerProvider, meter_provider: MeterProvider, capture_content: bool) -> None:
         from . import __version__
@@ -102,6 +137,8 @@ class Tracer:
             gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION, unit="s", description="GenAI operation duration")
         self.token_usage = meter.create_histogram(
             gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE, unit="{token}", description="Number of input and output tokens used")
+        #: tool name -> what its calls share (`_ToolSpans`); one entry per registered tool
+        self._tools: dict[str, _ToolSpans] = {}
         #: (call id, thread) -> the open call: a call closes on the thread that opened it
         self._calls: dict[tuple[str, int], _Open] = {}
         #: call id -> its span, for inner calls (by parent_call_id) and gate decisions
@@ -113,53 +150,58 @@ class Tracer:
 
     # -- tool calls ---------------------------------------------------------------------------
 
+    def _shared(self, call: ToolCall, tool: ToolDef | None) -> _ToolSpans:
+        if tool is None:  # not kept: a model can make up any number of names
+            return _ToolSpans(None, call.name)
+        shared = self._tools.get(tool.name)
+        if shared is None or shared.tool is not tool:
+            shared = self._tools[tool.name] = _ToolSpans(tool, tool.name)
+        return shared
+
     @hookimpl
     def nexus_tool_call_start(self, call: ToolCall, tool: ToolDef | None) -> None:
-        name = tool.name if tool is not None else call.name
-        attributes: dict[str, Any] = {
-            gen_ai.GEN_AI_OPERATION_NAME: "execute_tool",
-            gen_ai.GEN_AI_TOOL_NAME: name,
-            gen_ai.GEN_AI_TOOL_CALL_ID: call.id,
-            gen_ai.GEN_AI_TOOL_TYPE: "function",
-        }
-        if tool is not None and tool.description:
-            attributes[gen_ai.GEN_AI_TOOL_DESCRIPTION] = _clip(tool.description)
-        line = call.metadata.get("script_line")
-        if isinstance(line, int) and not isinstance(line, bool):
-            attributes["nexus.code_exec.script_line"] = line
-        if self.capture_content:
-            attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
-        parent_span = self._spans.get(call.parent_call_id) if call.parent_call_id is not None else None
+        shared = self._shared(call, tool)
+        attributes = shared.attributes.copy()
+        attributes[gen_ai.GEN_AI_TOOL_CALL_ID] = call.id
+        if call.metadata:
+            line = call.metadata.get("script_line")
+            if isinstance(line, int) and not isinstance(line, bool):
+                attributes["nexus.code_exec.script_line"] = line
+        parent_id = call.parent_call_id
+        parent_span = self._spans.get(parent_id) if parent_id is not None else None
         parent = trace.set_span_in_context(parent_span) if parent_span is not None else None
-        span = self.tracer.start_span(f"execute_tool {name}", context=parent, kind=SpanKind.INTERNAL,
+        span = self.tracer.start_span(shared.span_name, context=parent, kind=SpanKind.INTERNAL,
                                       attributes=attributes)
+        if self.capture_content and span.is_recording():
+            span.set_attribute(gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS, _json(call.arguments))
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         self._spans[call.id] = span
-        self._calls[(call.id, threading.get_ident())] = _Open(span, token, time.perf_counter(),
-                                                               name if tool is not None else OTHER)
+        self._calls[(call.id, _thread())] = _Open(span, token, _now(), shared)
 
     @hookimpl
     def nexus_tool_result(self, call: ToolCall, result: ToolResult) -> None:
-        opened = self._calls.pop((call.id, threading.get_ident()), None)
+        opened = self._calls.pop((call.id, _thread()), None)
         if opened is None:
             return
-        if self._spans.get(call.id) is opened.span:
-            del self._spans[call.id]
         span = opened.span
-        metric: dict[str, Any] = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: opened.tool}
-        if result.is_error:
+        if self._spans.get(call.id) is span:
+            del self._spans[call.id]
+        if result.error is None:
+            metric = opened.shared.metric
+        else:
             kind = result.error_kind or "error"
-            span.set_attribute(ERROR_TYPE, kind)
-            span.set_status(Status(StatusCode.ERROR, _clip(result.error or "") if self.capture_content else kind))
-            metric[ERROR_TYPE] = kind
-        if self.capture_content:
-            span.set_attribute(gen_ai.GEN_AI_TOOL_CALL_RESULT, _clip(result.output if not result.is_error
+            metric = opened.shared.failed_metric(kind)
+            if span.is_recording():
+                span.set_attribute(ERROR_TYPE, kind)
+                span.set_status(Status(StatusCode.ERROR, _clip(result.error) if self.capture_content else kind))
+        if self.capture_content and span.is_recording():
+            span.set_attribute(gen_ai.GEN_AI_TOOL_CALL_RESULT, _clip(result.output if result.error is None
                                                                      else (result.error or result.output)))
         try:
             otel_context.detach(opened.token)  # type: ignore[arg-type]
         finally:
             span.end()
-            self.tool_duration.record(time.perf_counter() - opened.started, metric)
+            self.tool_duration.record(_now() - opened.started, metric)
 
     # -- gates --------------------------------------------------------------------------------
 
@@ -207,12 +249,30 @@ class Tracer:
         return {gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_PROVIDER_NAME: request.provider,
                 gen_ai.GEN_AI_REQUEST_MODEL: request.model}
 
+    def _messages(self, span: Span, request: ModelRequest, response: ModelResponse | None = None) -> None:
+        """The request's messages (as sent: after its gates) and the response's, by the
+        conventions, when content is captured and the span records."""
+        if not (self.capture_content and span.is_recording()):
+            return
+        from . import _messages
+
+        system = _messages.system_instructions(request)
+        if system is not None:
+            span.set_attribute(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS, system)
+        messages, omitted = _messages.input_messages(request)
+        span.set_attribute(gen_ai.GEN_AI_INPUT_MESSAGES, messages)
+        if omitted:
+            span.set_attribute(_messages.INPUT_OMITTED, omitted)
+        if response is not None:
+            span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _messages.output_messages(response))
+
     @hookimpl
     def nexus_model_response(self, request: ModelRequest, response: ModelResponse) -> None:
         found = self._requests.pop(request.id, None)
         if found is None:
             return
         span, started = found
+        self._messages(span, request, response)
         usage = response.usage
         span.set_attributes({gen_ai.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
                              gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens})
@@ -236,6 +296,7 @@ class Tracer:
         if found is None:
             return
         span, started = found
+        self._messages(span, request)
         kind = error.kind or "error"
         span.set_attribute(ERROR_TYPE, kind)
         span.set_status(Status(StatusCode.ERROR, _clip(str(error))))

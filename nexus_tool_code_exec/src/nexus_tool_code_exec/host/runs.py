@@ -62,6 +62,8 @@ class InnerCall:
     duration: float | None
     #: which of the script's `parallel` calls made it (1, 2, ...), or 0 for a call made outside one
     parallel: int
+    #: the gates that rewrote its arguments (its result's `metadata["rewritten_by"]`), in order
+    rewritten_by: list[str] = attrs.field(factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -146,12 +148,18 @@ def _calls(path: Path) -> tuple[list[InnerCall], int]:
                 error=result.get("error"), output=str(result.get("output") or ""),
                 started_at=float(started) if isinstance(started, (int, float)) else None,
                 duration=float(took) if isinstance(took, (int, float)) else None,
-                parallel=_group(entry.get("parallel"))))
+                parallel=_group(entry.get("parallel")), rewritten_by=_plugins(result.get("metadata"))))
         except (ValueError, AttributeError, TypeError):
             bad += 1
     # recorded as each was answered; shown in the order the script made them
     calls.sort(key=lambda c: c.started_at if c.started_at is not None else float("inf"))
     return calls, bad
+
+
+def _plugins(metadata: Any) -> list[str]:
+    """The `rewritten_by` of a recorded result's metadata: plugin ids (anything else is left out)."""
+    found = metadata.get("rewritten_by") if isinstance(metadata, dict) else None
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
 
 
 def _group(value: Any) -> int:
@@ -237,6 +245,8 @@ def groups(calls: list[InnerCall]) -> Iterator[list[InnerCall]]:
 
 def _call_line(call: InnerCall) -> str:
     outcome = "ok" if call.outcome == "ok" else call.outcome
+    if call.rewritten_by:  # the arguments shown are the script's; these gates changed them before it ran
+        outcome += f", rewritten by {escape(', '.join(call.rewritten_by), multiline=False)}"
     line = f"{escape(call.name, multiline=False)} {_arguments(call.arguments)}  {outcome}  {_seconds(call.duration)}"
     shown = call.error if call.outcome != "ok" and call.error else call.output
     if shown:
