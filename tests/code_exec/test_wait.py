@@ -4,7 +4,8 @@
 Real pipes and real threads. How a read waited is what the reader says it did (`waited`: the data
 was there, caught while spinning, blocked at once, or blocked once a spin ran out), and whether
 its next read may spin is its `_spin_ok` flag. The writes come well inside a spin or well past it,
-so that which happens does not depend on how busy the machine is.
+so that which happens does not depend on how busy the machine is; a write that lands before a busy
+machine let the test reach its read is made again (`Pipe.read_after`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ class Pipe:
 
     def write_later(self, delay: float, data: bytes) -> None:
         self.later(delay, lambda: os.write(self.w, data))
+
+    def read_after(self, reader: PipeReader, delay: float, data: bytes) -> bytes:
+        """`data` written `delay` seconds from now on another thread, and read by `reader`. On a
+        busy machine this thread may not reach the read before the write: the data is then
+        simply there (`waited == "ready"`, which leaves the reader's state alone), and the write
+        is made again, until a read that waited for it shows how it waited."""
+        for _ in range(50):
+            self.write_later(delay, data)
+            got = reader.read(len(data))
+            if reader.waited != "ready":
+                return got
+            assert got == data
+        raise AssertionError(f"50 writes {delay}s later were all there before the read began")
 
     def close(self) -> None:
         for thread in self._threads:
@@ -98,8 +112,7 @@ def test_read_returns_at_most_size_bytes(pipe: Pipe) -> None:
 
 def test_read_waits_for_data_written_later_by_another_thread(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r)
-    pipe.write_later(0.02, b"late")
-    assert reader.read() == b"late"
+    assert pipe.read_after(reader, 0.02, b"late") == b"late"
     assert reader.waited == "spun, then blocked"  # it did wait for the write
 
 
@@ -130,8 +143,7 @@ def test_an_eager_reader_is_ready_to_spin_and_a_lazy_one_is_not(pipe: Pipe) -> N
 
 def test_a_lazy_reader_does_not_spin_on_its_first_read(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=1.0, eager=False)
-    pipe.write_later(0.03, b"x")
-    assert reader.read() == b"x"
+    assert pipe.read_after(reader, 0.03, b"x") == b"x"
     assert reader.waited == "blocked"
     assert reader._spin_ok  # the wait was shorter than a spin: the next read may spin
 
@@ -146,18 +158,17 @@ def test_a_read_of_data_already_there_leaves_the_spin_flag_alone(pipe: Pipe) -> 
 def test_a_reader_spins_while_it_pays_and_blocks_once_a_spin_runs_out(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=0.3)
 
-    pipe.write_later(0.005, b"soon")  # within the spin
-    assert reader.read() == b"soon"
+    assert pipe.read_after(reader, 0.005, b"soon") == b"soon"  # within the spin
     assert reader.waited == "spun"
     assert reader._spin_ok
 
-    pipe.write_later(1.0, b"late")  # the spin runs out, then the blocking wait is longer than a spin
-    assert reader.read() == b"late"
+    # the spin runs out, then the blocking wait is longer than a spin
+    assert pipe.read_after(reader, 1.0, b"late") == b"late"
     assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
 
-    pipe.write_later(0.005, b"soon again")  # blocks at once; the wait turns out shorter than a spin
-    assert reader.read() == b"soon again"
+    # blocks at once; the wait turns out shorter than a spin
+    assert pipe.read_after(reader, 0.005, b"soon again") == b"soon again"
     assert reader.waited == "blocked"
     assert reader._spin_ok
 
@@ -166,8 +177,7 @@ def test_expect_turns_spinning_back_on(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=1.0, eager=False)
     reader.expect()
     assert reader._spin_ok
-    pipe.write_later(0.02, b"x")
-    assert reader.read() == b"x"
+    assert pipe.read_after(reader, 0.02, b"x") == b"x"
     assert reader.waited == "spun"
     assert reader._spin_ok
 
@@ -175,13 +185,12 @@ def test_expect_turns_spinning_back_on(pipe: Pipe) -> None:
 def test_expect_with_a_window_spins_that_long_once(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=0.001, eager=False)
     reader.expect(2.0)
-    pipe.write_later(0.05, b"x")
-    assert reader.read() == b"x"
+    assert pipe.read_after(reader, 0.05, b"x") == b"x"
     assert reader.waited == "spun"  # caught by the 2 s spin, not a 1 ms one
     assert reader._spin_ok
 
-    pipe.write_later(0.05, b"y")  # the next spin is 1 ms again: it runs out, and the wait is long
-    assert reader.read() == b"y"
+    # the next spin is 1 ms again: it runs out, and the wait is long
+    assert pipe.read_after(reader, 0.05, b"y") == b"y"
     assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
 
@@ -190,8 +199,7 @@ def test_expect_does_nothing_for_a_reader_that_never_spins(pipe: Pipe) -> None:
     reader = PipeReader(pipe.r, spin=0)
     reader.expect(0.2)
     assert not reader._spin_ok
-    pipe.write_later(0.01, b"x")
-    assert reader.read() == b"x"
+    assert pipe.read_after(reader, 0.01, b"x") == b"x"
     assert reader.waited == "blocked"
     assert not reader._spin_ok  # a short wait does not turn spinning on either
 
@@ -225,8 +233,7 @@ def test_a_reader_without_a_permit_blocks_instead_of_spinning(pipe: Pipe, n: int
         assert permits.acquire()  # taken by someone else
     try:
         reader = PipeReader(pipe.r, spin=1.0, permits=permits)
-        pipe.write_later(0.02, b"x")
-        assert reader.read() == b"x"
+        assert pipe.read_after(reader, 0.02, b"x") == b"x"
         assert reader.waited == "blocked"
         assert reader._spin_ok  # unchanged: the wait was shorter than a spin
     finally:
@@ -237,15 +244,13 @@ def test_a_reader_without_a_permit_blocks_instead_of_spinning(pipe: Pipe, n: int
 def test_a_spinning_reader_gives_its_permit_back(pipe: Pipe) -> None:
     permits = SpinPermits(1)
     reader = PipeReader(pipe.r, spin=1.0, permits=permits)
-    pipe.write_later(0.005, b"x")  # caught by the spin
-    assert reader.read() == b"x"
+    assert pipe.read_after(reader, 0.005, b"x") == b"x"  # caught by the spin
     assert reader.waited == "spun"
     assert permits.acquire()
     permits.release()
 
     reader = PipeReader(pipe.r, spin=0.001, permits=permits)
-    pipe.write_later(0.02, b"y")  # the spin runs out first
-    assert reader.read() == b"y"
+    assert pipe.read_after(reader, 0.02, b"y") == b"y"  # the spin runs out first
     assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
     assert permits.acquire()
