@@ -149,8 +149,9 @@ def test_a_script_that_finishes_in_time_is_not_cut(nexus_factory: NexusFactory) 
 def test_the_cpu_time_limit_is_its_own_clear_error(nexus_factory: NexusFactory) -> None:
     """With the rlimits layer and cpu_seconds below the timeout, a busy script hits RLIMIT_CPU
     first and is told so."""
-    # the wall clock far past the CPU limit, even on a loaded machine: a timeout would say so
-    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 20, "cpu_seconds": 1}}})
+    # the wall clock far past the CPU limit, even on a loaded machine (1 s of CPU at load 20 is 10 s of
+    # wall time; a timeout would say so)
+    nx = nexus_factory(plugins=[CE], config={"plugins": {CE: {"timeout_seconds": 90, "cpu_seconds": 1}}})
     from nexus_tool_code_exec import engine_for
 
     engine = engine_for(nx)
