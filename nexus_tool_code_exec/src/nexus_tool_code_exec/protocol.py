@@ -134,6 +134,8 @@ class StartMessage(TypedDict):
     - `bindings`: the `tools` module, left out for a child that has it compiled.
     - `code`: the script as the host compiled it (absent, or of another bytecode version: the
       child compiles `script`).
+    - `limits`: the run's memory and CPU limits, which the child lowers its own to before the
+      script runs (a shared pool's child entered the sandbox with the pool's ceilings).
 
     Bad values: the child trusts the host; a bad value is the host's bug, and the run fails with
     the error it causes (a runtime error)."""
@@ -149,6 +151,7 @@ class StartMessage(TypedDict):
     timeout: float
     bindings: NotRequired[BindingsPayload]
     code: NotRequired[CompiledCode]
+    limits: NotRequired[ChildLimits]
 
 
 class ResultMessage(TypedDict):

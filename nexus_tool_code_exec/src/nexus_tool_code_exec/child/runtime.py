@@ -731,6 +731,22 @@ def run_script(channel: Channel, start: dict[str, Any], stage: Stage | None = No
     return {"t": protocol.DONE, "result": text, "truncated": truncated}
 
 
+def run_limited(start: dict[str, Any]) -> dict[str, Any] | None:
+    """Lower this process's memory and CPU limits to the run's (a START's `limits`: a shared
+    pool's child entered the sandbox with the pool's ceilings, launchers/pool.py); the ERROR to
+    send instead of running the script where they cannot be set (the script never ran)."""
+    limits = start.get("limits")
+    if not limits:
+        return None
+    try:
+        from .. import sandbox
+
+        sandbox.lower_limits(int(limits["memory_mb"]), int(limits["cpu_seconds"]))
+    except Exception as exc:  # noqa: BLE001 - the host reports it as the run's sandbox error
+        return {"t": protocol.ERROR, "kind": protocol.SANDBOX, "message": describe(exc)}
+    return None
+
+
 def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
     """Run one script: read its start message (unless given), run it, report, flush."""
     channel = Channel(rfd, wfd, _encode)
@@ -738,7 +754,7 @@ def serve(rfd: int, wfd: int, start: dict[str, Any] | None = None) -> None:
         stage = Stage(channel)
         if start is None:
             start = channel.read_message()
-        final = run_script(channel, start, stage)
+        final = run_limited(start) or run_script(channel, start, stage)
     except ChannelClosed:
         return
     try:

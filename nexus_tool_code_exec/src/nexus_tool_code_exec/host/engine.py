@@ -36,9 +36,10 @@ import attrs
 
 from nexus_core import CallContext, CancelToken, Nexus, ToolCall, ToolDef, ToolResult
 
-from .. import protocol, sandbox
+from .. import DEFAULT_ALLOWED_PACKAGES, protocol, sandbox
 from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
 from ..launchers.base import Launcher
+from ..launchers.pool import PROCESS_POOL, PooledLauncher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
 from .bindings import (
@@ -714,6 +715,8 @@ class CodeExec:
             "max_output_bytes": self.settings.max_output_bytes,
             "max_result_bytes": self.settings.max_result_bytes,
             "timeout": self.settings.timeout_seconds,
+            # the child lowers its limits to these (a shared pool's child has the pool's ceilings)
+            "limits": {"memory_mb": self.config.memory_mb, "cpu_seconds": self.config.cpu_limit},
         }
         # compiled here (by the check, from the tree it parsed): the child only loads it (a
         # fresh child compiles several times slower than this warm process, see
@@ -805,14 +808,21 @@ class CodeExec:
         policy = self.policy()
         if mode == "spawn":
             return SpawnLauncher(policy), "fresh interpreter per script (launcher: spawn in config)"
-        zygote = ZygoteLauncher(self.config.allowed_packages, policy)
+        zygote: ZygoteLauncher
+        if self.config.pool == "process":
+            zygote = PooledLauncher(PROCESS_POOL, policy, DEFAULT_ALLOWED_PACKAGES)
+            note = "warm zygote shared by every Nexus of this process forks each script (pool: process)"
+        else:
+            zygote = ZygoteLauncher(self.config.allowed_packages, policy)
+            note = "warm zygote of this Nexus alone forks each script (pool: nexus)"
         try:
             zygote.start()
         except Exception as exc:
+            zygote.close()
             if mode == "zygote":
                 raise
             return SpawnLauncher(policy), f"fresh interpreter per script: the zygote could not start ({exc})"
-        return zygote, "warm zygote forks each script"
+        return zygote, note
 
     def layer_statuses(self) -> dict[str, sandbox.LayerStatus]:
         """Each sandbox layer, probed once per process: active, or unavailable and why."""

@@ -98,13 +98,15 @@ What a child can still do (known, by design or beyond these layers):
   ENOSYS. A thread may change its own affinity or priority (pid 0), not another process's.
 """
 
-from .layers import FIXED_ENV_KEYS, applied, enter, make_shared_netns, prepare
+from .layers import (CEILING_CPU_SECONDS, CEILING_MEMORY_MB, FIXED_ENV_KEYS, applied, enter, lower_limits,
+                     make_shared_netns, prepare)
 from .paths import RUNTIME_PACKAGES, runtime_read_paths
 from .policy import ALL_LAYERS, DEFAULT_UID_BASE, LAYERS, LayerStatus, Limits, SandboxError, SandboxPolicy
 from .probes import ENV_DISABLE_LAYERS, ChildOutcome, doctor_lines, layer_statuses, probe, run_in_child
 
 __all__ = [
-    "ALL_LAYERS", "DEFAULT_UID_BASE", "ENV_DISABLE_LAYERS", "FIXED_ENV_KEYS", "LAYERS", "RUNTIME_PACKAGES", "ChildOutcome",
-    "LayerStatus", "Limits", "SandboxError", "SandboxPolicy", "applied", "doctor_lines", "enter",
+    "ALL_LAYERS", "CEILING_CPU_SECONDS", "CEILING_MEMORY_MB", "DEFAULT_UID_BASE", "ENV_DISABLE_LAYERS",
+    "FIXED_ENV_KEYS", "LAYERS", "RUNTIME_PACKAGES", "ChildOutcome",
+    "LayerStatus", "Limits", "SandboxError", "SandboxPolicy", "applied", "doctor_lines", "enter", "lower_limits",
     "layer_statuses", "make_shared_netns", "prepare", "probe", "run_in_child", "runtime_read_paths",
 ]

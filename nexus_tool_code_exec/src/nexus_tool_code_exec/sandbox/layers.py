@@ -183,6 +183,37 @@ def _apply_rlimits(limits: Limits) -> str:
             f"{limits.file_size_mb} MiB per file, {limits.threads} threads (with uid), no core dumps")
 
 
+#: the limits a pool's child enters the sandbox with (launchers/pool.py): above any a run asks
+#: for, so that each run's START lowers them to its own (`lower_limits`). A child may lower its
+#: limits but, its privileges gone, never raise them again.
+CEILING_MEMORY_MB = 1 << 30  # 1 PiB of address space: no limit
+CEILING_CPU_SECONDS = 1 << 30
+
+
+def lower_limits(memory_mb: int, cpu_seconds: int) -> None:
+    """Lower RLIMIT_AS and RLIMIT_CPU to one run's, in a child that entered the sandbox with the
+    rlimits layer (a shared pool's spare entered it with the pool's ceilings, another child with
+    these same limits already). Raises SandboxError("rlimits", ...) where they cannot be set."""
+    if "rlimits" not in applied:
+        return
+    mapped = _mapped_at_prepare
+    want_as = memory_mb * _MiB
+    if mapped is not None and want_as < mapped + 16 * _MiB:
+        raise SandboxError("rlimits", f"memory_mb={memory_mb} is below what the process already maps "
+                                      f"({mapped // _MiB} MiB) plus 16 MiB of headroom")
+    for which, soft, hard in ((resource.RLIMIT_AS, want_as, want_as),
+                              (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)):
+        cur_soft, cur_hard = resource.getrlimit(which)
+        if cur_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        if (soft, hard) == (cur_soft, cur_hard):
+            continue
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (OSError, ValueError) as exc:
+            raise SandboxError("rlimits", f"setrlimit({which}, {soft}, {hard}): {exc}") from None
+
+
 # ---------------------------------------------------------------- net
 
 
