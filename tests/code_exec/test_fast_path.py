@@ -26,9 +26,9 @@ ROOT = os.geteuid() == 0
 CPUS = len(os.sched_getaffinity(0))
 
 
-def make(nexus_factory: NexusFactory, *tools: Any) -> Nexus:
+def make(nexus_factory: NexusFactory, *tools: Any, pool: str = "process") -> Nexus:
     nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {
-        "timeout_seconds": 60, "launcher": "zygote"}}})
+        "timeout_seconds": 60, "launcher": "zygote", "pool": pool}}})
     for tool in tools:
         nx.add_tool(tool)
     assert_ok(nx.invoke("run_code", {"script": TRIVIAL}))  # the zygote is up
@@ -198,8 +198,11 @@ def test_more_runs_at_once_than_spares_get_children_forked_for_them(nexus_factor
     assert [r.output_structured["result"] for r in slow_results] == ["slow"] * (SPARES + 1)
 
 
+@pytest.mark.parametrize("pool", ["nexus", "process"])
 def test_the_start_message_carries_the_hosts_code_and_no_bindings_the_child_has(
-        nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+        nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch, pool: str) -> None:
+    """A Nexus's own zygote (`pool: nexus`) compiles its bindings, and its spares have them: the
+    START leaves them out. A shared pool's zygote compiles no session's: the START carries them."""
     sent: list[dict[str, Any]] = []
     original = runner.ScriptRun._send
 
@@ -209,10 +212,14 @@ def test_the_start_message_carries_the_hosts_code_and_no_bindings_the_child_has(
 
     monkeypatch.setattr(runner.ScriptRun, "_send", spy)
     nx = make(nexus_factory, native_tool("echo", "echo", {"type": "object", "properties": {"text": {"type": "string"}}},
-                                          lambda a: a.get("text", "")))
+                                          lambda a: a.get("text", "")), pool=pool)
     launcher = launcher_of(nx)
     held_spare_pid(launcher)
-    assert wait_until(lambda: len(launcher.spares()) == SPARES and all(sp.key for sp in launcher.spares()), spares=True)
+    if pool == "nexus":
+        assert wait_until(lambda: len(launcher.spares()) == SPARES and all(sp.key for sp in launcher.spares()),
+                          spares=True)
+    else:
+        assert launcher.preloaded_key == "" and all(sp.key == "" for sp in launcher.spares())
     sent.clear()
     script = "import tools\n\ndef run(ctx):\n    return [tools.echo(text='hi').output for _ in range(2)]\n"
     result = nx.invoke("run_code", {"script": script})
@@ -220,7 +227,11 @@ def test_the_start_message_carries_the_hosts_code_and_no_bindings_the_child_has(
     assert result.output_structured["result"] == ["hi", "hi"]
     start, answers = sent[0], sent[1:]
     assert start["t"] == "start"
-    assert "bindings" not in start  # the spare compiled them in the zygote
+    if pool == "nexus":
+        assert "bindings" not in start  # the spare compiled them in the zygote
+    else:
+        assert [p["tool"] for p in start["bindings"]["pieces"]] == ["echo"]
+    assert start["limits"] == {"memory_mb": 512, "cpu_seconds": 61}  # lowered to by the child
     assert start["code"]["magic"] == protocol.pack_code(compile("", "x", "exec"))["magic"]  # compiled here
     assert [a["t"] for a in answers] == ["result", "result"]
     if CPUS >= 2:

@@ -2,8 +2,9 @@
 two scripts (each is a fresh fork of the zygote, which runs none), and the one thing a child
 leaves behind that a later one may get, its scratch folder, is given again only as it was made.
 
-A "session" is one Nexus: each has its own zygote (started by its run_code engine), with its
-own scratch root and its own spares, so nothing of one Nexus's scripts can reach another's.
+A "session" is one Nexus. By default (`pool: process`) the Nexus of a process share one zygote,
+which runs no script and holds nothing of any session; with `pool: nexus` each has its own
+zygote, scratch root and spares. Either way no two scripts share a process or a folder's path.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from nexus_tool_code_exec import engine_for, sandbox
 ALLOWED = ["builtins", "json", "os", "random", "resource", "signal", "sys", "threading", "time"]
 
 
-def make(nexus_factory: NexusFactory) -> Nexus:
+def make(nexus_factory: NexusFactory, pool: str = "process") -> Nexus:
     nx = nexus_factory(plugins=["nexus.tool.code_exec"], config={"plugins": {"nexus.tool.code_exec": {
-        "timeout_seconds": 60, "launcher": "zygote", "allowed_packages": ALLOWED, "reject_threads": False}}})
+        "timeout_seconds": 60, "launcher": "zygote", "allowed_packages": ALLOWED, "reject_threads": False,
+        "pool": pool}}})
     assert_ok(nx.invoke("run_code", {"script": "def run(ctx):\n    return 1\n"}))  # the zygote is up
     return nx
 
@@ -193,9 +195,9 @@ def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: Nex
             pristine(run(nx, CLEAN))
 
 
-def test_two_nexus_never_share_a_zygote_a_child_or_a_folder(nexus_factory: NexusFactory) -> None:
-    """One Nexus is one session: its own zygote, spares and scratch root."""
-    one, two = make(nexus_factory), make(nexus_factory)
+def test_two_nexus_never_share_a_zygote_a_child_or_a_folder_with_pool_nexus(nexus_factory: NexusFactory) -> None:
+    """With `pool: nexus`, one Nexus is one session: its own zygote, spares and scratch root."""
+    one, two = make(nexus_factory, "nexus"), make(nexus_factory, "nexus")
     launchers = [engine_for(nx).launcher() for nx in (one, two)]
     assert all(isinstance(launcher, ZygoteLauncher) for launcher in launchers)
     assert launchers[0].pid != launchers[1].pid
@@ -214,6 +216,27 @@ def test_two_nexus_never_share_a_zygote_a_child_or_a_folder(nexus_factory: Nexus
         assert not kids & pids[1 - i], "a zygote forked a child for the other Nexus"
         for s in seen[1 - i]:
             assert s["pid"] not in kids
+
+
+def test_two_nexus_share_the_process_pool_but_never_a_child_or_a_folder(nexus_factory: NexusFactory) -> None:
+    """With `pool: process` (the default), the Nexus of a process share one zygote: each script
+    still gets a child of its own, and a folder by a path no other script saw, pristine whatever
+    the other Nexus's scripts did to theirs (test_pool.py runs two sessions' scripts at once)."""
+    one, two = make(nexus_factory), make(nexus_factory)
+    launchers = [engine_for(nx).launcher() for nx in (one, two)]
+    assert launchers[0].pid == launchers[1].pid is not None
+    seen: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+    for _ in range(5):
+        for i, nx in enumerate((one, two)):
+            seen[i].append(run(nx, MESS))
+            clean = run(nx, CLEAN)
+            pristine(clean)
+            seen[i].append(clean)
+    pids = [{s["pid"] for s in seen[i]} for i in (0, 1)]
+    assert len(pids[0]) == len(pids[1]) == 10 and not pids[0] & pids[1], "a process ran two scripts"
+    folders = [{s["folder"] for s in seen[i]} for i in (0, 1)]
+    assert len(folders[0]) == len(folders[1]) == 10 and not folders[0] & folders[1]
+    assert {s["ppid"] for i in (0, 1) for s in seen[i]} == {launchers[0].pid}
 
 
 @pytest.mark.parametrize("script", [MESS, CLEAN], ids=["mess", "clean"])

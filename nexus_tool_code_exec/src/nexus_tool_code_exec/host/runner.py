@@ -180,6 +180,7 @@ class _Ending:
     cpu_seconds: float | None = None
     messages: int = 0  # messages read from it
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
+    maker_gone: bool = False  # the zygote that made it died while it ran
 
 
 def _parallel_group(msg: CallMessage) -> int | bool:
@@ -419,7 +420,9 @@ class ScriptRun:
             (final is None and ending.messages == 0)
             or (final is not None and final["t"] == protocol.ERROR and final["kind"] == protocol.SANDBOX
                 and ending.messages == 1))
-        ending.lost = never_started and child.died_with_its_maker()
+        died_with_its_maker = child.died_with_its_maker()
+        ending.lost = never_started and died_with_its_maker
+        ending.maker_gone = final is None and died_with_its_maker
         return ending
 
     @staticmethod
@@ -896,6 +899,9 @@ class ScriptRun:
             outcome.where = where_text(self.where_line, self._script)
         elif ending.violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
+        elif final is None and ending.maker_gone:
+            outcome.error = ("runtime error: the script's process died with the zygote that forked it (killed or "
+                             "crashed: the next run is served by a new one)")
         elif final is None:
             outcome.error = self._death_message(ending.status, ending.cpu_seconds, self.settings.cpu_seconds)
         elif final["t"] == protocol.DONE:

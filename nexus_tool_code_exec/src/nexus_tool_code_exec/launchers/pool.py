@@ -149,6 +149,11 @@ class PooledLauncher(ZygoteLauncher):
         """Nothing: a pooled zygote compiles no session's bindings (each child compiles its own
         from the START)."""
 
+    @property
+    def preloaded_key(self) -> str | None:
+        """The bindings every spare has compiled: none ("")."""
+        return ""
+
     def close(self) -> None:
         """Kill the children its runs still have (none, once its runs are over), and leave the
         pool: the zygote goes on serving the others."""
