@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 from nexus_core.testing import NexusFactory, assert_ok
+from nexus_tool_code_exec.launchers.pool import PROCESS_POOL, PooledLauncher
 from proc_helpers import alive, descendants, wait_until
 
 from nexus_core import Nexus, ToolResult, native_tool
 from nexus_tool_code_exec import engine_for
-from nexus_tool_code_exec.launchers.pool import PROCESS_POOL, PooledLauncher
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 

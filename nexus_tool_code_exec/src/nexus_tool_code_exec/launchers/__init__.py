@@ -3,6 +3,7 @@
     base.py     `Launcher`, the interface every launcher implements in full, and `Child`
     spawn.py    a fresh interpreter per script
     zygote.py   the host's side of the warm zygote (zygote/ is the zygote process itself)
+    pool.py     the sandbox pool of a process: the zygotes every Nexus of it shares
     spares.py   the children a zygote forks ahead, which the host holds
     cleanup.py  removing what a run leaves on disk (scratch folders, whatever a script made
                 there), off the run's thread; the host's session folders use it too
