@@ -283,3 +283,27 @@ def test_the_rlimit_ceiling_is_above_any_limit_a_setting_gives() -> None:
 
     assert sandbox.CEILING_MEMORY_MB << 20 < resource.RLIM_INFINITY or resource.RLIM_INFINITY == -1
     assert sandbox.CEILING_MEMORY_MB >= 1 << 20 and sandbox.CEILING_CPU_SECONDS >= 1 << 20
+
+
+def test_the_pool_is_stopped_when_the_interpreter_exits(tmp_path: Path) -> None:
+    """A process that never closes its Nexus: its exit stops the pool's zygote (atexit), without
+    hanging, and leaves no scratch root behind."""
+    import subprocess
+
+    program = f"""
+import glob, tempfile
+from nexus_core import Nexus
+from nexus_tool_code_exec import engine_for
+before = set(glob.glob(tempfile.gettempdir() + "/nexus-run-*"))
+nx = Nexus.from_config({{"workspace": {str(tmp_path)!r}, "session_dir": {str(tmp_path / "s")!r}, "skills": [],
+                        "plugins": {{"active": ["{CE}"], "{CE}": {{"launcher": "zygote"}}}}}})
+result = nx.invoke("run_code", {{"script": "def run(ctx):\\n    return 1\\n"}})
+assert result.error is None, result.error
+launcher = engine_for(nx).launcher()
+print(launcher.pid, launcher._zygote.scratch_root, flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    pid_text, root = proc.stdout.split()
+    assert wait_until(lambda: not alive(int(pid_text)))
+    assert not os.path.exists(root)
