@@ -177,9 +177,10 @@ def test_generator_frame_walk_to_the_runtime_and_its_channel(rng: Range) -> None
     assert attack.found["runtime_frame"] == "run_script"
     # the start message holds the script's own things, nothing of the host's (the bindings'
     # source is left out when the child has them compiled already; "spin" is there when the
-    # run is placed on CPUs of its own; "code" when the child did not compile the script itself)
+    # run is placed on CPUs of its own; "code" when the child did not compile the script itself;
+    # "limits" are the run's own memory and CPU limits, which the child lowers its own to)
     assert sorted(set(attack.found["start_keys"]) - {"bindings", "spin", "code"}) == [
-        "bindings_key", "call_id", "max_output_bytes", "max_result_bytes", "max_workers", "script",
+        "bindings_key", "call_id", "limits", "max_output_bytes", "max_result_bytes", "max_workers", "script",
         "skills", "t", "timeout"]
     inner = [c for c in rng.watch.gated + rng.watch.invoked if c.parent_call_id is not None]
     assert inner == [], "a forged call reached the gates or a handler"
