@@ -39,6 +39,7 @@ from nexus_core import CallContext, CancelToken, Nexus, ToolCall, ToolDef, ToolR
 from .. import DEFAULT_ALLOWED_PACKAGES, protocol, sandbox
 from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
 from ..launchers.base import Launcher
+from ..launchers.machine import MachineLauncher
 from ..launchers.pool import PROCESS_POOL, PooledLauncher
 from ..launchers.spawn import SpawnLauncher
 from ..launchers.zygote import ZygoteLauncher
@@ -808,6 +809,15 @@ class CodeExec:
         policy = self.policy()
         if mode == "spawn":
             return SpawnLauncher(policy), "fresh interpreter per script (launcher: spawn in config)"
+        if self.config.pool == "machine":
+            machine = MachineLauncher(policy, DEFAULT_ALLOWED_PACKAGES, idle=self.config.pool_idle_seconds)
+            try:
+                machine.start()
+            except Exception as exc:
+                if mode == "zygote":
+                    raise
+                return SpawnLauncher(policy), f"fresh interpreter per script: the machine's pool is unreachable ({exc})"
+            return machine, f"the machine's pool server at {machine.socket_path} forks each script (pool: machine)"
         zygote: ZygoteLauncher
         if self.config.pool == "process":
             zygote = PooledLauncher(PROCESS_POOL, policy, DEFAULT_ALLOWED_PACKAGES)

@@ -67,9 +67,13 @@ class CodeExecSettings:
                                        description="sandbox layers without which run_code refuses to run")
     launcher: Literal["auto", "zygote", "spawn"] = setting(
         "auto", description="fork children from a warm zygote, or spawn fresh interpreters")
-    pool: Literal["process", "nexus"] = setting(
+    pool: Literal["process", "machine", "nexus"] = setting(
         "process", description="whose warm zygote forks the children: one shared by every Nexus of the process "
-                               "(each run's bindings and limits go with its start), or one of this Nexus alone")
+                               "(each run's bindings and limits go with its start), the pool server of this machine "
+                               "and user (started on first use), or one of this Nexus alone")
+    pool_idle_seconds: float = setting(300, exclusiveMinimum=0,
+                                       description="pool: machine: a pool server this Nexus starts stops once no "
+                                                   "process has used it for this long")
     journal: bool = setting(True, description="journal each inner call's result as it completes (journal.jsonl in "
                                               "the run's session folder while it runs), so that a suspended run, or one "
                                               "whose host stopped, resumes without running a completed call again")

@@ -1,0 +1,3 @@
+from ..launchers.machine import serve_main
+
+serve_main()
