@@ -160,7 +160,7 @@ class PoolServer:
     def _serve_one(self, conn: socket.socket) -> None:
         try:
             self._converse(conn)
-        except Exception:  # noqa: BLE001 - one client's trouble is its own
+        except Exception:
             log.exception("nexus pool server: a connection failed")
         finally:
             conn.close()
