@@ -44,8 +44,10 @@ def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
     yield folder
     pid = server_pid(folder / "nexus-pool")
-    if pid is not None:
-        os.kill(pid, signal.SIGKILL)
+    if pid is not None:  # stopped as idleness stops it: its zygotes' folders removed
+        os.kill(pid, signal.SIGTERM)
+        if not wait_until(lambda: not alive(pid)):
+            os.kill(pid, signal.SIGKILL)
 
 
 def server_pid(folder: Path) -> int | None:
@@ -257,5 +259,11 @@ def test_the_server_is_a_module_one_starts_by_itself(tmp_path: Path) -> None:
             child.finished()
             child.close()
     finally:
-        proc.kill()
-        proc.wait(30)
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.returncode
+    assert not (folder / machine.SOCKET_NAME).exists()

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import stat
 import struct
@@ -250,7 +251,15 @@ def serve_main(argv: list[str] | None = None) -> None:
         for fd in (0, 1, 2):  # the starter waits for its pipes to close
             os.dup2(null, fd)
         os.close(null)
+    # SIGTERM (or SIGINT in the foreground) stops it as idleness does: every zygote, and their
+    # children, stopped and their scratch folders removed
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
     server.serve()
+
+
+def _stop(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 # -- the client ---------------------------------------------------------------------------------
