@@ -450,15 +450,18 @@ def test_the_check_refuses_anything_but_a_generated_piece(code: str, why: str) -
 # -- the zygote never runs them -------------------------------------------------------------------
 
 
-def test_the_zygote_compiles_the_bindings_and_only_a_sandboxed_child_runs_them(nexus_with: Any, tmp_path: Path) -> None:
-    """A piece the host's check would refuse (it writes a file), sent to the zygote as if it were
-    bindings: the zygote compiles it and runs none of it (no file appears, however many spares
-    it forks); a child runs it only when its script uses the tool, inside its sandbox, where
-    the write is refused, and the script is told so. Any bug in the generator's escaping would
-    meet the same walls."""
+@pytest.mark.parametrize("pool", ["nexus", "process"])
+def test_the_zygote_compiles_the_bindings_and_only_a_sandboxed_child_runs_them(nexus_with: Any, tmp_path: Path,
+                                                                              pool: str) -> None:
+    """A piece the host's check would refuse (it writes a file), sent as if it were bindings: a
+    Nexus's own zygote (`pool: nexus`) compiles it and runs none of it (no file appears, however
+    many spares it forks); the shared pool's zygote never gets it, each child compiles it from
+    its start. A child runs it only when its script uses the tool, inside its sandbox, where the
+    write is refused, and the script is told so. Any bug in the generator's escaping would meet
+    the same walls."""
     target = tmp_path / "written-by-the-bindings"
     tmp_path.chmod(0o755)
-    nx = nexus_with(echo_tool("boom"))
+    nx = nexus_with(echo_tool("boom"), pool=pool)
     engine = engine_for(nx)
     if "fs" not in engine.active_layers():
         pytest.skip("the fs layer (Landlock) is unavailable here: a child could write the file")

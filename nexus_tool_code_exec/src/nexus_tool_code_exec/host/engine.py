@@ -927,10 +927,12 @@ class CodeExec:
         """`nexus doctor`'s lines on the bindings: how a tool's metadata is kept from breaking or
         steering them, and every tool left out of them or bound under another name, with why."""
         bindings = self.bindings()
+        where = ("the zygote compiles them and runs none" if self.config.pool == "nexus" else
+                 "the shared pool's zygote holds none (each child compiles those its start brings)")
         lines = [
             f"bindings: {len(bindings.pieces)} tools; each tool's piece is generated from its metadata with every "
             "text escaped, checked to be only the classes and the function it should be, and compiled, on its own "
-            "(one that fails leaves out its tool alone); the zygote compiles them and runs none, a child runs a "
+            f"(one that fails leaves out its tool alone); {where}, a child runs a "
             f"piece when its script uses it, inside its sandbox; caps: {MAX_UNION} union options, {MAX_LITERALS} "
             f"enum values, {MAX_PROPERTIES} properties a class, {MAX_DEPTH} levels, {MAX_STUB_BYTES >> 10} KiB a "
             f"stub; the description lists groups past {self.max_listed_tools} tools or "

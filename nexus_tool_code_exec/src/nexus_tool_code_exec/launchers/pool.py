@@ -87,6 +87,11 @@ class ZygotePool:
                 del self._zygotes[key]
         zygote.stop()
 
+    def users(self, key: _Key) -> int:
+        """How many launchers use the zygote of `key` now."""
+        with self._lock:
+            return self._users.get(key, 0)
+
     def pids(self) -> list[int]:
         """The pids of the zygotes running now (for tests and `nexus doctor`)."""
         with self._lock:
