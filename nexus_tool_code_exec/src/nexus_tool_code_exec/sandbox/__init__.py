@@ -107,6 +107,6 @@ from .probes import ENV_DISABLE_LAYERS, ChildOutcome, doctor_lines, layer_status
 __all__ = [
     "ALL_LAYERS", "CEILING_CPU_SECONDS", "CEILING_MEMORY_MB", "DEFAULT_UID_BASE", "ENV_DISABLE_LAYERS",
     "FIXED_ENV_KEYS", "LAYERS", "RUNTIME_PACKAGES", "ChildOutcome",
-    "LayerStatus", "Limits", "SandboxError", "SandboxPolicy", "applied", "doctor_lines", "enter", "lower_limits",
-    "layer_statuses", "make_shared_netns", "prepare", "probe", "run_in_child", "runtime_read_paths",
+    "LayerStatus", "Limits", "SandboxError", "SandboxPolicy", "applied", "doctor_lines", "enter",
+    "layer_statuses", "lower_limits", "make_shared_netns", "prepare", "probe", "run_in_child", "runtime_read_paths",
 ]
