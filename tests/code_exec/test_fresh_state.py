@@ -10,11 +10,13 @@ zygote, scratch root and spares. Either way no two scripts share a process or a 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 from nexus_core.testing import NexusFactory, assert_ok
 from nexus_tool_code_exec.launchers.zygote import ZygoteLauncher
+from nexus_tool_code_exec.zygote.main import ScratchFolders
 from proc_helpers import descendants, wait_until
 
 from nexus_core import Nexus
@@ -151,9 +153,10 @@ def test_nothing_a_script_changes_reaches_the_next_one(nexus_factory: NexusFacto
 
 
 def test_an_untouched_folder_is_given_again_only_renamed_and_reset(nexus_factory: NexusFactory) -> None:
-    """Scripts that leave their folder alone hand it on: the zygote keeps a few folders, not one
-    per run, and a script never sees a path an earlier script saw."""
-    nx = make(nexus_factory)
+    """Scripts of a Nexus's own zygote (one session) that leave their folder alone hand it on:
+    the zygote keeps a few folders, not one per run, and a script never sees a path an earlier
+    script saw."""
+    nx = make(nexus_factory, "nexus")
     launcher = engine_for(nx).launcher()
     assert isinstance(launcher, ZygoteLauncher)
     seen = [run(nx, CLEAN) for _ in range(12)]
@@ -166,6 +169,29 @@ def test_an_untouched_folder_is_given_again_only_renamed_and_reset(nexus_factory
     assert wait_until(lambda: len(os.listdir(root)) <= 6), os.listdir(root)  # spares', in use, and kept
     # every folder a script ran in is gone by that name, once the zygote has reaped its child
     assert wait_until(lambda: not any(os.path.exists(s["folder"]) for s in seen))
+
+
+def test_the_shared_pool_never_gives_a_folder_again(nexus_factory: NexusFactory, tmp_path: Path) -> None:
+    """The shared pool's children are of many sessions: no folder one script had goes to
+    another, however untouched; its zygote is started so (`shared`), and removes each one."""
+    nx = make(nexus_factory)
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, ZygoteLauncher) and launcher.policy.get("shared") is True
+    seen = [run(nx, CLEAN) for _ in range(6)]
+    assert wait_until(lambda: not any(os.path.exists(s["folder"]) for s in seen))
+    # the same, in the zygote's own bookkeeping: an untouched folder is removed, not kept
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "kept").mkdir()
+    folders = ScratchFolders(str(tmp_path / "shared"), reuse=False)
+    first = folders.take()
+    folders.give_back(first)
+    assert not os.path.exists(first) and folders.trash == []
+    second = folders.take()
+    assert second != first and os.listdir(tmp_path / "shared") == [os.path.basename(second)]
+    kept = ScratchFolders(str(tmp_path / "kept"), reuse=True)
+    one = kept.take()
+    kept.give_back(one)
+    assert kept.take() != one and len(os.listdir(tmp_path / "kept")) == 1  # given again, renamed
 
 
 def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: NexusFactory) -> None:

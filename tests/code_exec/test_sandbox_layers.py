@@ -206,6 +206,31 @@ def test_enter_accepts_a_child_that_already_leads_its_own_session(tmp_path: Path
     os.waitpid(pid, 0)
 
 
+def test_enter_refuses_a_child_whose_forker_died_before_it_ran(tmp_path: Path) -> None:
+    """A child that first runs after the process that forked it died has been reparented: read at
+    that point, its parent's pid is the new one's, and the parent-death signal set after it would
+    never come (a spare of a killed zygote left running). The forker's pid, known before the fork,
+    is what the child checks."""
+    r, w = os.pipe()
+    forker = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # as if the forker had died and this process had been handed to another parent
+            sandbox.enter(sandbox.SandboxPolicy(scratch_dir=str(tmp_path), layers=frozenset({"env"}),
+                                                keep_fds=(w,), parent=forker + 1_000_000))
+            os.write(w, b"entered")
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            os.write(w, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    said = os.read(r, 300).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert "the parent exited before the sandbox was entered" in said, said
+
+
 def test_the_seccomp_program_assembles_for_every_known_architecture() -> None:
     for arch in seccomp.ARCHES.values():
         for deny_metadata in (True, False):

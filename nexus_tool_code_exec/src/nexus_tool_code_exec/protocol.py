@@ -392,7 +392,9 @@ class ChildPolicy(TypedDict):
     limits: ChildLimits
     read_paths: list[str]
     scratch: NotRequired[str]  # its own scratch folder, added by the launcher
+    shared: NotRequired[bool]  # a zygote of the shared pool: its scratch folders are never reused
     net_fd: NotRequired[int | None]  # a network namespace to join, added by the zygote
+    parent: NotRequired[int]  # the zygote's pid, added by it before it forks the child
 
 
 # -- the script's code --------------------------------------------------------------------------

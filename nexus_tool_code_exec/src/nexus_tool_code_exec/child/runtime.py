@@ -529,6 +529,7 @@ def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int) -> None:
             layers=frozenset(policy["layers"]),
             keep_fds=(rfd, wfd),
             net_fd=policy.get("net_fd"),
+            parent=policy.get("parent"),
         ))
     except Exception as exc:  # the host turns it into the run's error
         Channel(rfd, wfd).send({"t": protocol.ERROR, "kind": protocol.SANDBOX, "message": describe(exc)})

@@ -136,6 +136,7 @@ class PooledLauncher(ZygoteLauncher):
             "layers": sorted(policy["layers"]),
             "limits": {"memory_mb": sandbox.CEILING_MEMORY_MB, "cpu_seconds": sandbox.CEILING_CPU_SECONDS},
             "read_paths": list(policy["read_paths"]),
+            "shared": True,  # its children are of many sessions: none gets a folder another had
         }
         super().__init__(sorted(set(preimport)), generic, python)
         self.pool = pool

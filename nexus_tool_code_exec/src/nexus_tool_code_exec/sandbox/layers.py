@@ -424,7 +424,9 @@ def enter(policy: SandboxPolicy) -> None:
     """
     applied.clear()
     layers = policy.layers
-    parent = os.getppid()
+    parent = policy.parent if policy.parent is not None else os.getppid()
+    if os.getppid() != parent:
+        raise SandboxError("process", "the parent exited before the sandbox was entered")
     if _thread_count() != 1:
         raise SandboxError("process", "enter() must run in a single-threaded process (fork first, "
                                       "before any thread starts)")

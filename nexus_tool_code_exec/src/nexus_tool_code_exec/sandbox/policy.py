@@ -68,6 +68,10 @@ class SandboxPolicy:
     keep_fds: tuple[int, ...] = attrs.field(default=(), converter=_to_fds)
     net_fd: int | None = None
     uid_base: int = DEFAULT_UID_BASE
+    #: the pid of the process that forked this one, as it knew its own pid before the fork (None:
+    #: read at entry); a parent that died before the child ran would otherwise go unnoticed: the
+    #: child would read its new parent's pid, and the death signal would never come
+    parent: int | None = None
 
 
 @attrs.frozen

@@ -108,7 +108,9 @@ _FS_IOC_GETFLAGS = 0x80086601
 
 class ScratchFolders:
     """The children's scratch folders, below `root`. A folder whose script left it exactly as it
-    was given is reset, renamed and kept for a later child of this zygote (so of the same Nexus);
+    was given is reset, renamed and kept for a later child of this zygote (so of the same Nexus),
+    unless the zygote is the shared pool's (`reuse` False: its children are of many sessions, and
+    no session's script gets a folder another session's had; an untouched one is simply removed);
     any other is removed. Making and removing a folder are the dearest file-system operations of
     a run (an inode made and one freed; on ext4 without a journal each new inode is searched for
     past every one freed in the last half minute).
@@ -124,8 +126,9 @@ class ScratchFolders:
     (launchers/cleanup.py's janitor, which walks any tree a script can make without recursion): the
     zygote never walks a script's tree, so no tree can hold it up."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, reuse: bool = True) -> None:
         self.root = root
+        self.reuse = reuse
         self._free: list[str] = []
         #: every folder of ours -> (atime, mtime, size, flags) as first made
         self._first: dict[str, tuple[int, int, int, int]] = {}
@@ -171,6 +174,9 @@ class ScratchFolders:
                 if (stat.S_IMODE(st.st_mode) == 0o700 and st.st_nlink == 2 and st.st_size == first[2]
                         and st.st_mtime_ns == first[1] and _flags(fd) == first[3] and not os.listxattr(fd)
                         and next(iter(os.scandir(fd)), None) is None):
+                    if not self.reuse:
+                        os.rmdir(path)  # empty, and its child is reaped: nothing can write there
+                        return
                     if st.st_uid != os.geteuid() or st.st_gid != os.getegid():
                         os.fchown(fd, os.geteuid(), os.getegid())
                     os.utime(fd, ns=first[:2])
@@ -243,7 +249,7 @@ class Zygote:
         self.ended: dict[int, protocol.ExitMessage] = {}
         self.preloaded: dict[str, Any] = {}
         self.key = ""  # of the bindings preloaded (spares forked since have them compiled)
-        self.folders = ScratchFolders(scratch_root)
+        self.folders = ScratchFolders(scratch_root, reuse=not policy.get("shared", False))
         # Spares are forked and set themselves up under SCHED_IDLE (root only: the host must be
         # able to lift it off the spare it gives a script), so that this work only gets CPU time
         # nobody else wants; the zygote itself stays at the host's priority for everything else
@@ -393,12 +399,13 @@ class Zygote:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         net_fd = self.net_fd
+        parent = os.getpid()  # known before the fork: the child checks its parent is still this one
         pid = os.fork()
         if pid == 0:
             if not self.layers:  # (entering the sandbox closes every fd but those it keeps)
                 _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
-            _child_after_fork(to_child_r, from_child_w, {**self.policy, "scratch": scratch, "net_fd": net_fd},
-                              self.preloaded)
+            _child_after_fork(to_child_r, from_child_w,
+                              {**self.policy, "scratch": scratch, "net_fd": net_fd, "parent": parent}, self.preloaded)
         os.close(to_child_r)
         os.close(from_child_w)
         self.children[pid] = scratch
