@@ -69,7 +69,7 @@ def host_cpu() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def setup(work: str) -> Any:
+def setup(work: str, journal: bool = True) -> Any:
     from nexus_core import Nexus, hookimpl, native_tool, tool
 
     class NoopGate:
@@ -82,8 +82,10 @@ def setup(work: str) -> Any:
         """Returns x (an int argument that arrives as it is, an int back as data)."""
         return x
 
+    work = os.path.join(work, "journal" if journal else "no-journal")
+    os.makedirs(work)
     config = {"workspace": work, "session_dir": os.path.join(work, "sessions"),
-              "plugins": {"active": ["nexus.tool.code_exec"]}}
+              "plugins": {"active": ["nexus.tool.code_exec"], "nexus.tool.code_exec": {"journal": journal}}}
     nx = Nexus.from_config(config, plugins=[NoopGate()])
     # the same work as `typed`, written by hand: the same schemas, the int back as data
     nx.add_tool(native_tool("native", "returns x", SCHEMA, lambda a: int(a["x"]),
@@ -125,10 +127,12 @@ def script_cpu_ms(nx: Any, script: str, runs: int, expect: Any) -> list[float]:
     return out
 
 
-def interleaved(nx: Any, rounds: int, runs: int, batches: int) -> dict[str, Any]:
-    """Each round measures everything once, so that the ratios come from the same minutes."""
+def interleaved(nx: Any, bare: Any, rounds: int, runs: int, batches: int) -> dict[str, Any]:
+    """Each round measures everything once, so that the ratios come from the same minutes.
+    `bare` is a Nexus whose run_code keeps no journal: what the journal costs a call."""
     rows: dict[str, list[float]] = {k: [] for k in (
-        "direct_native_us", "direct_typed_us", "script_native_us", "script_typed_us", "trivial_cpu_ms")}
+        "direct_native_us", "direct_typed_us", "script_native_us", "script_typed_us", "trivial_cpu_ms",
+        "script_native_no_journal_us")}
     for _ in range(rounds):
         rows["direct_native_us"].append(direct_cpu_us(nx, "native", batches))
         rows["direct_typed_us"].append(direct_cpu_us(nx, "typed", batches))
@@ -137,12 +141,16 @@ def interleaved(nx: Any, rounds: int, runs: int, batches: int) -> dict[str, Any]
         for tool in ("native", "typed"):
             ms = statistics.median(script_cpu_ms(nx, calls_script(tool), runs, NCALLS))
             rows[f"script_{tool}_us"].append((ms - trivial) / NCALLS * 1e3)
+        bare_trivial = statistics.median(script_cpu_ms(bare, TRIVIAL, runs, 1))
+        ms = statistics.median(script_cpu_ms(bare, calls_script("native"), runs, NCALLS))
+        rows["script_native_no_journal_us"].append((ms - bare_trivial) / NCALLS * 1e3)
     med = {k: statistics.median(v) for k, v in rows.items()}
     return {"rounds": rounds, "runs_per_round": runs, "samples": rows, "median": med,
             "ratios": {"script_over_direct_native": med["script_native_us"] / med["direct_native_us"],
                        "script_over_direct_typed": med["script_typed_us"] / med["direct_typed_us"],
                        "typed_over_native_direct": med["direct_typed_us"] / med["direct_native_us"],
-                       "typed_over_native_script": med["script_typed_us"] / med["script_native_us"]}}
+                       "typed_over_native_script": med["script_typed_us"] / med["script_native_us"],
+                       "script_no_journal_over_direct_native": med["script_native_no_journal_us"] / med["direct_native_us"]}}
 
 
 def walls(nx: Any, trivial_runs: int, timed_runs: int) -> dict[str, Any]:
@@ -212,18 +220,20 @@ def main() -> int:
     opts.work.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-calls-", dir=opts.work)
     load_before = os.getloadavg()[0]
-    nx = setup(work)
+    nx, bare = setup(work), setup(work, journal=False)
     try:
         invoke(nx, TRIVIAL)  # the zygote
+        invoke(bare, TRIVIAL)
         if opts.profile:
             profile(nx, 20)
             return 0
         rounds, runs, batches = (3, 5, 10) if opts.quick else (9, 9, 20)
-        cpu = interleaved(nx, rounds, runs, batches)
+        cpu = interleaved(nx, bare, rounds, runs, batches)
         wall = walls(nx, 100 if opts.quick else 400, 10 if opts.quick else 40)
         rest = at_rest(3.0 if opts.quick else 10.0)
     finally:
         nx.close()
+        bare.close()
         shutil.rmtree(work, ignore_errors=True)
     load_after = os.getloadavg()[0]
     med, ratios = cpu["median"], cpu["ratios"]
@@ -232,6 +242,8 @@ def main() -> int:
     for tool, label in (("native", "native_tool"), ("typed", "@tool")):
         print(f"  {label:26}{med[f'direct_{tool}_us']:>7.1f} us{med[f'script_{tool}_us']:>13.1f} us"
               f"{ratios[f'script_over_direct_{tool}']:>7.2f}x   (target <= 2.5x)")
+    print(f"  {'native_tool, no journal':26}{'':10}{med['script_native_no_journal_us']:>13.1f} us"
+          f"{ratios['script_no_journal_over_direct_native']:>7.2f}x")
     print(f"  @tool / native_tool: direct {ratios['typed_over_native_direct']:.2f}x, from a script "
           f"{ratios['typed_over_native_script']:.2f}x   (target <= 1.5x)")
     print(f"  a trivial script's host CPU: {med['trivial_cpu_ms']:.2f} ms")

@@ -268,6 +268,12 @@ def record_line(call_id: str, name: str, arguments_json: str, result: ToolResult
 def _line(call_id: str, name: str, arguments_json: str, result: ToolResult, facts: str) -> str:
     """`record_line`, the facts already written (their members, without the braces)."""
     error = result.error
+    if error is None and result.output_file is None and result.error_kind is None and not result.metadata \
+            and type(result.metadata) is dict:  # most calls: a plain success
+        return (f'{{"id": {_string(call_id)}, "name": {_string(name)}, "arguments": {arguments_json}, {facts}, '
+                f'"result": {{"id": {_json(result.id)}, "name": {_json(result.name)}, "output": {_json(result.output)}, '
+                f'"error": null, "output_file": null, "output_structured": {_json(result.output_structured)}, '
+                f'"error_kind": null, "metadata": {{}}, "is_error": false}}}}\n')
     return (f'{{"id": {_string(call_id)}, "name": {_string(name)}, "arguments": {arguments_json}, {facts}, '
             f'"result": {{"id": {_json(result.id)}, "name": {_json(result.name)}, "output": {_json(result.output)}, '
             f'"error": {_json(error)}, "output_file": {_json(result.output_file)}, '
