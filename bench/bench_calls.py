@@ -246,10 +246,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run, not for the docs)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the host over 20 runs, then stop")
+    parser.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to this long for the 1-minute load to drop below 0.5")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, default=Path("/dev/shm/nexus-bench") if Path("/dev/shm").is_dir()
                         else HERE / ".work", help="where the session folders go (default a tmpfs)")
     opts = parser.parse_args()
+    if opts.wait_idle:
+        _machine.wait_idle(opts.wait_idle)
     opts.work.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-calls-", dir=opts.work)
     load_before = os.getloadavg()[0]

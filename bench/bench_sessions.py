@@ -346,10 +346,14 @@ def main() -> int:
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--sessions", default="1,10,50,200")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to this long for the 1-minute load to drop below 0.5")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, default=Path("/dev/shm/nexus-bench") if Path("/dev/shm").is_dir()
                         else HERE / ".work", help="where session folders go (default a tmpfs)")
     opts = parser.parse_args()
+    if opts.wait_idle:
+        _machine.wait_idle(opts.wait_idle)
     counts = [1, 10] if opts.quick else [int(n) for n in opts.sessions.split(",")]
     seconds = 3.0 if opts.quick else opts.seconds
     opts.work.mkdir(parents=True, exist_ok=True)
