@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from nexus_tool_code_exec.host.fastpath import HOST_PERMITS
-from nexus_tool_code_exec.protocol import SPIN_SECONDS, PipeReader, SpinPermits
+from nexus_tool_code_exec.protocol import FIT_FACTOR, SPIN_SECONDS, PipeReader, SpinPermits
 from proc_helpers import open_fds
 
 
@@ -193,6 +193,40 @@ def test_expect_with_a_window_spins_that_long_once(pipe: Pipe) -> None:
     assert pipe.read_after(reader, 0.05, b"y") == b"y"
     assert reader.waited == "spun, then blocked"
     assert not reader._spin_ok
+
+
+def test_the_spin_fits_the_waits_it_sees(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=0.4)
+    assert reader.fit == 0.4  # nothing seen yet: a whole spin
+    for _ in range(40):
+        reader._saw(0.05)
+    assert reader.fit == pytest.approx(FIT_FACTOR * 0.05)
+    for _ in range(40):
+        reader._saw(0.0001)  # answers in no time: the spin gives up sooner, but not below its floor
+    assert reader.fit == pytest.approx(0.4 / FIT_FACTOR)
+    for _ in range(40):
+        reader._saw(1.0)  # slow answers: never longer than `spin`
+    assert reader.fit == 0.4
+
+
+def test_a_spin_that_got_short_misses_then_grows_back(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=3.0)
+    for _ in range(40):
+        reader._saw(0.0001)
+    assert reader.fit == pytest.approx(0.75)
+    # written after the short spin ran out, well within a whole spin: the reader blocks, and
+    # since a whole spin would have caught it, it spins again, for longer
+    assert pipe.read_after(reader, 1.2, b"x") == b"x"
+    assert reader.waited == "spun, then blocked"
+    assert reader._spin_ok
+    assert reader.fit > 0.75
+
+
+def test_a_caught_wait_is_seen(pipe: Pipe) -> None:
+    reader = PipeReader(pipe.r, spin=1.0)
+    assert pipe.read_after(reader, 0.02, b"x") == b"x"
+    assert reader.waited == "spun"
+    assert reader._typical is not None and 0.0 < reader._typical < 1.0
 
 
 def test_expect_does_nothing_for_a_reader_that_never_spins(pipe: Pipe) -> None:

@@ -756,15 +756,20 @@ class LineReader:
 # such as a spare being set up under SCHED_IDLE, which then keeps it until the next scheduler
 # tick; inner calls took twice as long).
 #
-# The spinning adapts: once a spin runs out with nothing to read (a slow tool, a script computing
-# between calls), later reads block at once, until a blocking wait turns out to have been short
-# enough that a spin would have caught it. `SpinPermits` cap how many readers of one process spin
-# at once. Nothing here is a security boundary: a child can only waste its own CPU time by
+# The spinning adapts, in two ways. Its length: a spin lasts FIT_FACTOR times the typical wait it
+# saw (a moving average of the waits a spin caught, or a short block would have), between
+# `spin / FIT_FACTOR` and `spin`, so that a spin that is going to miss gives up sooner when the
+# answers usually come fast. Whether to spin at all: once a spin runs out with nothing to read (a
+# slow tool, a script computing between calls), later reads block at once, until a blocking wait
+# turns out to have been short enough that a spin would have caught it. `SpinPermits` cap how many
+# readers of one process spin at once. Nothing here is a security boundary: a child can only waste its own CPU time by
 # spinning, and the host never spins longer than `spin` per read.
 
 #: how long a read polls before it blocks. A no-op inner call's answer takes ~30-60 us to come;
 #: the next call of a loop, about as long.
 SPIN_SECONDS = 250e-6
+#: a spin lasts this many times the typical wait (see above), within [spin / FIT_FACTOR, spin]
+FIT_FACTOR = 4.0
 
 
 class SpinPermits:
@@ -797,11 +802,26 @@ class PipeReader:
         self.spin = spin
         self._permits = permits
         self._spin_ok = eager and spin > 0
-        self._window: float | None = None  # the next spin's length, when not `spin`
+        self._window: float | None = None  # the next spin's length, when `expect` gave one
+        #: the typical wait a spin catches (a moving average); None until one was seen
+        self._typical: float | None = None
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)  # POLLHUP and POLLERR are reported anyway
         #: how the last read got its data
         self.waited: Waited = "ready"
+
+    @property
+    def fit(self) -> float:
+        """How long the next spin lasts (unless `expect` says otherwise): FIT_FACTOR times the
+        typical wait, within [spin / FIT_FACTOR, spin]; `spin` until a wait was seen."""
+        typical = self._typical
+        if typical is None:
+            return self.spin
+        return min(self.spin, max(self.spin / FIT_FACTOR, FIT_FACTOR * typical))
+
+    def _saw(self, wait: float) -> None:
+        typical = self._typical
+        self._typical = wait if typical is None else typical + (wait - typical) * 0.25
 
     def expect(self, window: float | None = None) -> None:
         """Something is coming soon: spin on the next read (for `window` seconds, if given),
@@ -818,16 +838,18 @@ class PipeReader:
             return data
         except BlockingIOError:
             pass
-        window, self._window = self._window or self.spin, None
+        window, self._window = self._window, None
         spun = False
+        began = time.perf_counter()
         if self._spin_ok and (self._permits is None or self._permits.acquire()):
             spun = True
             try:
-                end = time.perf_counter() + window
+                end = began + (window or self.fit)
                 while True:
                     try:
                         data = os.read(self.fd, size)
                         self.waited = "spun"
+                        self._saw(time.perf_counter() - began)
                         return data
                     except BlockingIOError:
                         pass
@@ -837,7 +859,6 @@ class PipeReader:
                 if self._permits is not None:
                     self._permits.release()
             self._spin_ok = False  # the other side is busy for longer than a spin: stop paying for it
-        began = time.perf_counter()
         while True:
             self._poll.poll()  # retried on EINTR (PEP 475)
             try:
@@ -846,6 +867,10 @@ class PipeReader:
             except BlockingIOError:
                 continue  # woken without data after all
         if self.spin > 0:
-            self._spin_ok = time.perf_counter() - began < self.spin
+            waited = time.perf_counter() - began
+            # a wait a full spin would have caught: spin again, long enough for such a wait
+            self._spin_ok = waited < self.spin
+            if self._spin_ok:
+                self._saw(waited)
         self.waited = "spun, then blocked" if spun else "blocked"
         return data

@@ -231,7 +231,10 @@ def _reap(pid: int, deadline: float) -> int:
                         pass
                 return os.waitpid(pid, 0)[1]
             if pidfd is not None:
-                select.select([pidfd], [], [], remaining)
+                # poll(), not select(), which takes no fd past 1023 (a host with many sessions)
+                poller = select.poll()
+                poller.register(pidfd, select.POLLIN)
+                poller.poll(remaining * 1000)
             else:
                 time.sleep(min(0.002, remaining))
     finally:

@@ -270,12 +270,17 @@ class Zygote:
         self.send({"t": protocol.READY, "pid": os.getpid()})
         for _ in range(self.spare_count):
             self.push_spare()
+        # poll(), not select(): select() takes no fd past 1023 (FD_SETSIZE), and the socket's
+        # number is whatever the host had free, past 1023 in a host with many sessions open
+        poller = select.poll()
+        poller.register(self._ctrl_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         try:
             while True:
-                readable, _, _ = select.select([self._ctrl_fd, self._wake_r], [], [])
-                if self._wake_r in readable:
+                ready = dict(poller.poll())
+                if ready.get(self._wake_r):
                     self.children_changed()
-                if self._ctrl_fd in readable and not self.read_requests():
+                if ready.get(self._ctrl_fd) and not self.read_requests():
                     break
         except protocol.ProtocolError:
             pass  # a request it cannot read is the host's bug: stop as if it had gone away
