@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import uuid
@@ -26,8 +27,17 @@ from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, as_answer, new_record
 log = logging.getLogger("nexus_durable")
 
 HANDLER_STEP = "nexus.durable.handler"
+#: the metadata key of a call made again in each attempt of its run, unique to the call
+#: (run_code's inner calls of a journaled run: nexus_tool_code_exec.host.runner.DURABLE_KEY)
+DURABLE_KEY = "durable_key"
 #: how long closing waits for a call taken over from a killed host to finish
 CLOSE_WAIT_SECONDS = 60.0
+
+
+def approval_id_for(key: str) -> str:
+    """The approval id of a call with a durable key (`metadata["durable_key"]`): the same for
+    every attempt of the call, and unique to it."""
+    return "approval-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def possibly_done(call: ToolCall, key: str) -> ToolResult:
@@ -54,7 +64,19 @@ class DurableBackend:
         again = _workflows.resuming()
         if again is not None and question.call.id == again.call_id:
             return again.answer  # the recovered call's gates ask again: the answer is recorded
-        approval_id = f"approval-{uuid.uuid4().hex[:12]}"
+        key = question.call.metadata.get(DURABLE_KEY) if isinstance(question.call.metadata, dict) else None
+        if isinstance(key, str) and key:
+            # a call that is made again in each attempt of its run (an inner call of a journaled
+            # run_code run): its approval is keyed by the call, so the attempt after a host that
+            # stopped finds the one asked before (listed once), and waits on it or takes its answer
+            approval_id = approval_id_for(key)
+            handle = self._asked_before(approval_id)
+            if handle is not None:
+                log.warning("approval %s (%s) was asked before its run's host stopped: waiting on it (nexus "
+                            "approvals answer %s allow|deny)", approval_id, question.call.name, approval_id)
+                return self._wait(approval_id, handle, cancel)
+        else:
+            approval_id = f"approval-{uuid.uuid4().hex[:12]}"
         record = new_record(approval_id, question, self.expiry, _workflows.PROCESS_TOKEN, _engine.executor_id())
         with SetWorkflowID(approval_id):
             handle = DBOS.start_workflow(_workflows.approval_workflow, record)
@@ -64,6 +86,9 @@ class DurableBackend:
         else:
             log.warning("approval %s (%s) waits for an answer: nexus approvals answer %s allow|deny",
                         approval_id, question.call.name, approval_id)
+        return self._wait(approval_id, handle, cancel)
+
+    def _wait(self, approval_id: str, handle: Any, cancel: CancelToken | None) -> Answer:
         forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
         try:
             outcome = handle.get_result()
@@ -71,6 +96,21 @@ class DurableBackend:
             if forget is not None:
                 forget()
         return as_answer(outcome["answer"])
+
+    @staticmethod
+    def _asked_before(approval_id: str) -> Any:
+        """The handle of approval `approval_id` when it was asked already (pending or answered),
+        else None. A pending one whose host has ended is taken over here: it only waits for its
+        answer (an inner call's approval never runs its call), which this process then receives."""
+        from dbos import DBOS
+
+        status = DBOS.get_workflow_status(approval_id)
+        if status is None:
+            return None
+        if status.status == "PENDING" and _engine._alive_here(status.executor_id or "") is False:
+            log.info("approval %s: its host ended; this process waits for its answer", approval_id)
+            return DBOS.resume_workflow(approval_id)
+        return DBOS.retrieve_workflow(approval_id)
 
     @staticmethod
     def _stopped(approval_id: str, cancel: CancelToken) -> None:
