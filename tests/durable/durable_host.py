@@ -2,7 +2,8 @@
 
     call TEXT...  call `append` once per TEXT (a gate asks about each text that starts with
                   "ask"; the others run at once), print each result as one JSON line, exit
-    serve         start the Nexus (so it takes over what a killed host left), print "ready",
+    serve         start the Nexus as a long-lived host (`Nexus.recover()`: it takes over what
+                  a killed host left), print "ready",
                   and stay until stdin closes
 
 `append(path, text)` appends the text as a line of the file `path` and returns the file's line
@@ -57,6 +58,7 @@ def main() -> None:
                 print(json.dumps({"text": text, "output": result.output, "error": result.error,
                                   "metadata": result.metadata}), flush=True)
         elif mode == "serve":
+            nx.recover()  # a long-lived host: it takes over what killed hosts left
             print("ready", flush=True)
             sys.stdin.read()
         else:

@@ -117,3 +117,99 @@ def _resumed_waits(tmp_path: Path, call_id: str) -> bool:
     journal = tmp_path / "sessions" / "plugins" / CE / call_id / "journal.jsonl"
     records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
     return sum(1 for r in records if r.get("k") == "ask") >= 2
+
+
+# -- item 2: a long-lived host resumes an interrupted run by itself ------------------------------
+
+HELD = textwrap.dedent("""\
+    import tools
+
+    def run(ctx):
+        tools.append(text="one")
+        held = "ran"
+        try:
+            tools.hold(name="release")
+        except tools.ToolFailed as e:
+            held = e.reason
+        tools.append(text="two")
+        return {"held": held}
+    """)
+
+
+def _serve(host: Path, config: dict[str, Any], extra: dict[str, Any] | None = None) -> subprocess.Popen[str]:
+    proc = start_host(host, config, "serve", "-", None, extra)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert json.loads(line) == {"ready": True}, (line, proc.stderr.read() if proc.stderr else "")
+    return proc
+
+
+def _stop(tmp_path: Path, proc: subprocess.Popen[str]) -> None:
+    (tmp_path / "stop").write_text("")
+    proc.communicate(timeout=WAIT)
+    assert proc.returncode == 0
+
+
+def _ended(folder: Path) -> Any:
+    """The run's result once it ended (its journal gone, its result.json written), else None."""
+    if (folder / "journal.jsonl").exists() or not (folder / "result.json").exists():
+        return None
+    return json.loads((folder / "result.json").read_text()) or True
+
+
+def test_a_long_lived_host_resumes_a_run_once_its_pending_approval_is_answered(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    host, script = write_host(tmp_path), tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    config, database = _durable_config(tmp_path, ledger)
+    asking = {"ask": ["two"], "answer_file": str(tmp_path / "never")}
+    folder = tmp_path / "sessions" / "plugins" / CE / "call_auto"
+    first = start_host(host, config, "run", "call_auto", script, asking)
+    try:
+        [pending] = wait_for(lambda: _approvals(database, "--json"), "the approval to be listed", WAIT)
+    finally:
+        _kill(first)
+    # a short-lived program on the same config (it runs a run of its own) takes nothing over
+    other = tmp_path / "other.py"
+    other.write_text("import tools\n\ndef run(ctx):\n    return tools.append(text='other').output\n")
+    assert finish(start_host(host, config, "run", "call_other", other, asking), WAIT)["error"] is None
+    assert (folder / "journal.jsonl").is_file() and lines(ledger) == ["one", "asked two", "other"]
+
+    server = _serve(host, config, asking)
+    try:
+        # it resumed the run, which waits on the same approval: still listed once, not asked again
+        wait_for(lambda: _resumed_waits(tmp_path, "call_auto"), "the resumed run to wait on the approval", WAIT)
+        assert [p["id"] for p in _approvals(database, "--json")] == [pending["id"]]
+        _approvals(database, "answer", pending["id"], "allow")
+        assert wait_for(lambda: _ended(folder), "the resumed run to end", WAIT) == "done"
+    finally:
+        _stop(tmp_path, server)
+    assert lines(ledger) == ["one", "asked two", "other", "two"]  # each effect once, asked once
+    calls = [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines()]
+    assert [(c["name"], c.get("from_journal", False)) for c in calls] == [("append", True), ("append", False)]
+    from nexus_durable import Approvals
+
+    with Approvals(f"sqlite:///{database}") as approvals:
+        outcome = approvals.outcome(pending["id"])
+    assert outcome is not None and outcome["answer"]["approved"] is True
+
+
+def test_a_long_lived_host_resumes_a_run_that_waited_on_nobody_at_its_start(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    host, script = write_host(tmp_path), tmp_path / "script.py"
+    script.write_text(HELD)
+    config, _ = _durable_config(tmp_path, ledger)
+    folder = tmp_path / "sessions" / "plugins" / CE / "call_held"
+    first = start_host(host, config, "run", "call_held", script)
+    try:
+        wait_for(lambda: "held release" in lines(ledger), "the script to be held in its second call", WAIT)
+    finally:
+        _kill(first)
+    server = _serve(host, config)
+    try:
+        result = wait_for(lambda: _ended(folder), "the resumed run to end", WAIT)
+    finally:
+        _stop(tmp_path, server)
+    assert result["held"].startswith("possibly done: hold was running when the run's host stopped"), result
+    assert lines(ledger) == ["one", "held release", "two"]  # the one in flight not run again
+

@@ -158,6 +158,7 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
     read = LineReader(prompt_out=sys.stdout)
     approver = ConsoleApprover(display, read)
     with _session(nx, model, approver=approver, on_event=display) as session:
+        nx.recover()  # a chat is long-lived: it takes over what killed hosts left (docs/durable.md)
         where = f"; transcript: {session.transcript_path}" if session.transcript_path else ""
         click.echo(f"nexus chat with {session.model} (Ctrl-C stops a turn, Ctrl-D or /exit ends){where}", err=True)
         while True:

@@ -6,7 +6,9 @@
 - `run_handler`: a call runs in place, as without the backend (no record, no cost), unless it is
   a call this process runs again for a host that was killed: then the handler is a DBOS step,
   and its start is claimed first (`_claims`).
-- `started`: the Nexus is ready, so recover what killed hosts of this machine left.
+- `recover` (`Nexus.recover()`, called by long-lived hosts; at `started` with `recover: start`):
+  take over what killed hosts of this machine left: their pending approvals, and their
+  interrupted run_code runs (resumed from their journals).
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ def possibly_done(call: ToolCall, key: str) -> ToolResult:
 
 
 class DurableBackend:
-    def __init__(self, nexus: Nexus, url: str, expiry: float | None) -> None:
+    def __init__(self, nexus: Nexus, url: str, expiry: float | None, recover: str = "auto") -> None:
         self.nexus = nexus
         self.url = url
         self.expiry = expiry
+        self.recover_mode = recover
+        self._recovered_runs: set[str] = set()  # run_code calls this host resumed (once each)
         self._claims: Claims | None = None
         self._closed = False
 
@@ -160,10 +164,54 @@ class DurableBackend:
 
     def started(self) -> None:
         _workflows.set_host(self)
+        if self.recover_mode == "start":
+            self.recover()
+
+    def recover(self) -> None:
+        """This Nexus is a long-lived host (`Nexus.recover()`): take over what the killed hosts of
+        this machine left. The approvals they waited on go on waiting here (and a direct call
+        runs here once answered); each interrupted run_code run is resumed here, in a thread of
+        its own, from its journal: a run that was waiting on an approval waits on the same one
+        again (suspended after `suspend_after_seconds`), and goes on once it is answered. Nothing
+        with `recover: off`."""
+        if self.recover_mode == "off" or self._closed:
+            return
         try:
             _engine.recover_dead((APPROVAL_WORKFLOW,))
         except Exception:
             log.exception("could not recover the durable calls of ended processes")
+        self._resume_runs()
+
+    def _resume_runs(self) -> None:
+        """Resume the interrupted run_code runs of this session folder (nexus.tool.code_exec's
+        journal: runs whose host stopped before they ended), each in a thread of its own."""
+        try:
+            from nexus_tool_code_exec import engine_for
+        except ImportError:
+            return
+        engine = engine_for(self.nexus)
+        if engine is None:
+            return
+        for call_id in engine.interrupted_runs():
+            if call_id in self._recovered_runs:
+                continue
+            self._recovered_runs.add(call_id)
+            threading.Thread(target=self._resume_run, args=(engine, call_id), daemon=True,
+                             name=f"nexus-durable-run-{call_id}"[:60]).start()
+
+    @staticmethod
+    def _resume_run(engine: Any, call_id: str) -> None:
+        log.info("run_code call %s was interrupted when its host stopped: resuming it here", call_id)
+        try:
+            result = engine.resume(call_id)
+        except LookupError as exc:  # it ended meanwhile, or another host resumed it first
+            log.info("run_code call %s is not resumed here: %s", call_id, exc)
+            return
+        except Exception:
+            log.exception("could not resume run_code call %s", call_id)
+            return
+        log.info("run_code call %s, resumed here, ended: %s", call_id,
+                 "error: " + result.error if result.error else "ok")
 
     # -- the rest ------------------------------------------------------------------------------
 
