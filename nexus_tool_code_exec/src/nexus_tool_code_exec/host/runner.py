@@ -703,7 +703,7 @@ class ScriptRun:
     def _call_of(self, msg: CallMessage, placement: Placement | None = None) -> ToolCall:
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
-        metadata = {"script_line": line} if line is not None and line <= self._script_lines else {}
+        metadata: dict[str, Any] = {"script_line": line} if line is not None and line <= self._script_lines else {}
         if placement is not None:
             # the same id in every attempt of the run: the call's idempotency key (ctx.call_id);
             # and a key unique to the run too (call ids come from providers and can repeat across
