@@ -37,12 +37,13 @@ class AgentPlugin(Plugin[Settings]):
 
     def session(self, *, model: str | None = None, approver: Callable[[Question], Any] | None = None,
                 on_event: Callable[[AgentEvent], None] | None = None,
-                transcript: bool | None = None) -> Session:
+                transcript: bool | None = None, resume: str | None = None) -> Session:
         """A new conversation. `model` is "provider:model" (default: the config's `model`);
         `approver` answers for the person when a gate asks or the model asks a question
         (default: the Nexus's); `on_event` sees text as it streams and each tool call;
-        `transcript` overrides the `transcripts` setting. Raises ValueError when there is no
-        model to use."""
+        `transcript` overrides the `transcripts` setting; `resume` is the id of a session to go
+        on with (its transcript's history; `Session.resume()` goes on with its interrupted task).
+        Raises ValueError when there is no model to use, LookupError for no such session."""
         from ._session import Session
 
         chosen = model or self.nexus.config.model
@@ -50,7 +51,16 @@ class AgentPlugin(Plugin[Settings]):
             raise ValueError("no model: set `model: provider:model` in the config (for example "
                              "openai:gpt-4.1), or pass one")
         return Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
-                       transcript=transcript)
+                       transcript=transcript, resume=resume)
+
+    def resume(self, session_id: str, **kwargs: Any) -> AgentResult:
+        """Go on with the task of session `session_id` (its transcript) that was running when its
+        host stopped, and close the session after it: `session(resume=session_id).resume()`.
+        Calls that have a result in the transcript are not run again and no model request that
+        has its response there is made again (see `Session.resume`); raises LookupError when
+        there is no such session, or its last task ended."""
+        with self.session(resume=session_id, **kwargs) as session:
+            return session.resume()
 
     def run(self, prompt: str, **kwargs: Any) -> AgentResult:
         """One task in a new session (closed after it): `session(**kwargs).send(prompt)`."""

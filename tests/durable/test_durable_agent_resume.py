@@ -1,0 +1,78 @@
+"""Issue 24, item 3 for the agent loop: a turn whose host is killed while one of its calls waits
+for approval is continued by `AgentPlugin.resume(session id)` in another process, once the
+approval is answered from a third one: no model request that had its response is made again, no
+call that completed runs again, and the approved call runs once. Real processes (the host is
+killed with SIGKILL), the real OpenAI SDK against the loopback fake provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durable_helpers import HERE, NEXUS_CLI, WAIT, kill9, wait_for
+from fakes.providers import Call, FakeProviders, chat_completion
+
+
+def _host(config: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(HERE / "agent_host.py"), str(config), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def _approvals(database: Path, *args: str) -> Any:
+    proc = subprocess.run([str(NEXUS_CLI), "approvals", "--database", str(database), *args],
+                          capture_output=True, text=True, timeout=WAIT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if "--json" in args else proc.stdout
+
+
+def test_a_turn_killed_while_its_approval_waits_is_resumed_without_repeating_a_step(
+        fake_providers: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-nexus-test-" + os.urandom(8).hex())
+    out = tmp_path / "out.txt"
+    fake_providers.script(
+        "openai.chat",
+        chat_completion(None, [Call("append", {"path": str(out), "text": "first"})]),
+        chat_completion(None, [Call("append", {"path": str(out), "text": "ask-agent"})]),
+        chat_completion("Appended both."))
+    database = tmp_path / "durable.sqlite"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "workspace": str(tmp_path), "session_dir": str(tmp_path / "session"), "skills": [],
+        "model": "openai:gpt-4.1",
+        "plugins": {"active": ["nexus.agent", "nexus.provider.openai", "nexus.durable"],
+                    "nexus.provider.openai": {"base_url": fake_providers.url + "/v1", "max_retries": 0},
+                    "nexus.durable": {"database": str(database)}}}))
+    first = _host(config, "run")
+    try:
+        assert first.stdout is not None
+        session = json.loads(first.stdout.readline())["session"]
+        [pending] = wait_for("the turn's approval", lambda: _approvals(database, "--json"))
+    finally:
+        kill9(first)
+        first.communicate()
+    assert pending["call"]["arguments"]["text"] == "ask-agent"
+    assert out.read_text() == "first\n" and len(fake_providers.requests_for("openai.chat")) == 2
+    _approvals(database, "answer", pending["id"], "allow")
+
+    second = _host(config, "resume", session)
+    stdout, stderr = second.communicate(timeout=WAIT)
+    assert second.returncode == 0, stderr
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result == {"text": "Appended both.", "stop_reason": "final_answer", "turns": 3, "error": None}
+    assert out.read_text() == "first\nask-agent\n"  # each call once
+    sent = fake_providers.requests_for("openai.chat")
+    assert len(sent) == 3  # the two requests made before the kill were not made again
+    tool_messages = [m["content"] for m in sent[-1].body["messages"] if m["role"] == "tool"]
+    assert tool_messages == ["1", "2"]
+    assert _approvals(database, "--json") == []  # asked once, answered once
+    from nexus_durable import Approvals
+
+    with Approvals(f"sqlite:///{database}") as approvals:
+        outcome = approvals.outcome(pending["id"])
+    # the approval's workflow did not run the call itself: the resumed turn did
+    assert outcome is not None and outcome["answer"]["approved"] is True and "result" not in outcome
