@@ -76,3 +76,40 @@ def test_a_turn_killed_while_its_approval_waits_is_resumed_without_repeating_a_s
         outcome = approvals.outcome(pending["id"])
     # the approval's workflow did not run the call itself: the resumed turn did
     assert outcome is not None and outcome["answer"]["approved"] is True and "result" not in outcome
+
+
+def test_nexus_ask_resume_goes_on_with_a_turn_cut_in_its_model_request(
+        fake_providers: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nexus ask --resume ID`: a transcript whose task was cut while its model request ran (a
+    host killed then: the request has no response) goes on with that request; a session whose
+    task ended is bad usage."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-nexus-test-" + os.urandom(8).hex())
+    fake_providers.script("openai.chat", chat_completion("Forty-two."))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "workspace": str(tmp_path), "session_dir": str(tmp_path / "session"), "skills": [],
+        "model": "openai:gpt-4.1",
+        "plugins": {"active": ["nexus.agent", "nexus.provider.openai"],
+                    "nexus.provider.openai": {"base_url": fake_providers.url + "/v1", "max_retries": 0}}}))
+    folder = tmp_path / "session" / "plugins" / "nexus.agent"
+    folder.mkdir(parents=True)
+    session = "20261202T000000Z-0123abcd"
+    records = [{"type": "session", "seq": 1, "id": session, "provider": "openai", "model": "gpt-4.1"},
+               {"type": "message", "seq": 2, "role": "user", "text": "What is six times seven?"},
+               {"type": "request", "seq": 3, "turn": 1, "id": "r1"}]
+    (folder / f"{session}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def ask(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(NEXUS_CLI), "--config", str(config), "--trust-config", "ask", *args],
+                              capture_output=True, text=True, timeout=WAIT)
+
+    proc = ask("--resume", session, "--json")
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)
+    assert (done["session"], done["answer"], done["stop_reason"], done["turns"]) == (
+        session, "Forty-two.", "final_answer", 2)
+    [sent] = fake_providers.requests_for("openai.chat")
+    assert [m["content"] for m in sent.body["messages"] if m["role"] == "user"] == ["What is six times seven?"]
+    again = ask("--resume", session)  # its task ended now
+    assert again.returncode == 2 and "its last task ended; nothing to resume" in again.stderr, again.stderr
+    assert ask("--resume", session, "more").returncode == 2  # a PROMPT with --resume is bad usage
