@@ -18,9 +18,20 @@ from durable_helpers import HERE, NEXUS_CLI, WAIT, kill9, wait_for
 from fakes.providers import Call, FakeProviders, chat_completion
 
 
-def _host(config: Path, *args: str) -> subprocess.Popen[str]:
+def _host(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "agent_host.py"), str(config), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def _config(tmp_path: Path, fake_providers: FakeProviders, database: Path) -> Path:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "workspace": str(tmp_path), "session_dir": str(tmp_path / "session"), "skills": [],
+        "model": "openai:gpt-4.1",
+        "plugins": {"active": ["nexus.agent", "nexus.provider.openai", "nexus.durable"],
+                    "nexus.provider.openai": {"base_url": fake_providers.url + "/v1", "max_retries": 0},
+                    "nexus.durable": {"database": str(database)}}}))
+    return config
 
 
 def _approvals(database: Path, *args: str) -> Any:
@@ -113,3 +124,37 @@ def test_nexus_ask_resume_goes_on_with_a_turn_cut_in_its_model_request(
     again = ask("--resume", session)  # its task ended now
     assert again.returncode == 2 and "its last task ended; nothing to resume" in again.stderr, again.stderr
     assert ask("--resume", session, "more").returncode == 2  # a PROMPT with --resume is bad usage
+
+
+def test_a_call_running_when_the_turn_host_is_killed_is_reported_possibly_done_not_repeated(
+        fake_providers: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-nexus-test-" + os.urandom(8).hex())
+    out = tmp_path / "out.txt"
+    fake_providers.script("openai.chat", chat_completion(None, [Call("append", {"path": str(out), "text": "once"})]),
+                          chat_completion("It may have been appended."))
+    config = _config(tmp_path, fake_providers, tmp_path / "durable.sqlite")
+    hold = tmp_path / "holding"
+    first = _host(config, "run", env={"NEXUS_TEST_HOLD": str(hold)})  # the handler waits after its effect
+    try:
+        assert first.stdout is not None
+        session = json.loads(first.stdout.readline())["session"]
+        key = wait_for("the call to be running", lambda: hold.exists() and hold.read_text())
+    finally:
+        kill9(first)
+        first.communicate()
+    assert out.read_text() == "once\n"
+    second = _host(config, "resume", session)
+    stdout, stderr = second.communicate(timeout=WAIT)
+    assert second.returncode == 0, stderr
+    assert json.loads(stdout.strip().splitlines()[-1])["text"] == "It may have been appended."
+    assert out.read_text() == "once\n"  # not repeated
+    sent = fake_providers.requests_for("openai.chat")
+    assert len(sent) == 2
+    [told] = [m["content"] for m in sent[-1].body["messages"] if m["role"] == "tool"]
+    assert told.startswith("possibly done: append was running when this task's host stopped"), told
+    assert key == _call_id(sent[-1].body) and repr(key) in told  # the idempotency key the tool was given
+
+
+def _call_id(body: dict) -> str:  # type: ignore[type-arg]
+    [call] = [c for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    return str(call["id"])

@@ -27,6 +27,29 @@ class AgentPlugin(Plugin[Settings]):
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
 
+    def __init__(self, nexus: Any) -> None:
+        super().__init__(nexus)
+        import weakref
+
+        #: the open sessions, by id: a person asked about one of their calls is noted in its transcript
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+
+    @hookimpl
+    def nexus_ask_start(self, question: Question) -> None:
+        self._asking(question, True)
+
+    @hookimpl
+    def nexus_ask_end(self, question: Question) -> None:
+        self._asking(question, False)
+
+    def _asking(self, question: Question, waiting: bool) -> None:
+        key = question.call.metadata.get("durable_key") if isinstance(question.call.metadata, dict) else None
+        if question.kind != "approval" or not isinstance(key, str) or "/" not in key:
+            return
+        session = self._sessions.get(key.split("/", 1)[0])
+        if session is not None:
+            session.asking(question.call.id, waiting)
+
     @staticmethod
     @hookimpl
     def nexus_register_commands(cli: click.Group) -> None:
@@ -50,8 +73,10 @@ class AgentPlugin(Plugin[Settings]):
         if not chosen:
             raise ValueError("no model: set `model: provider:model` in the config (for example "
                              "openai:gpt-4.1), or pass one")
-        return Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
-                       transcript=transcript, resume=resume)
+        session = Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
+                          transcript=transcript, resume=resume)
+        self._sessions[session.id] = session
+        return session
 
     def resume(self, session_id: str, **kwargs: Any) -> AgentResult:
         """Go on with the task of session `session_id` (its transcript) that was running when its

@@ -52,6 +52,9 @@ log = logging.getLogger("nexus_agent")
 _POLL_SECONDS = 0.05
 #: the reason a person's interrupt gives the task's token (the shell's result quotes it)
 INTERRUPTED = "interrupted by the user"
+#: what a resumed task answers for a call that was running when its host stopped
+POSSIBLY_DONE = ("possibly done: {name} was running when this task's host stopped, and is not run again: its "
+                 "effect may or may not have happened (its idempotency key is {key!r})")
 #: the metadata key of a call that is unique to it and the same when its turn is resumed in
 #: another host (`<session id>/<call id>`): a durable backend keys the call's approval by it
 DURABLE_KEY = "durable_key"
@@ -185,7 +188,7 @@ class Session:
             results = {r.id: r for r in done}
             todo = tuple(c for c in calls if c.id not in results)
             if todo:  # (with every result in the transcript, the history has them already)
-                for result in self._run_calls(self._resumed_calls(todo)):
+                for result in self._run_calls(self._pending_calls(todo)):
                     results[result.id] = result
                 self.history.append(Message.tool(tuple(results[c.id] for c in calls)))
             return self._loop(turns, Usage(), "")
@@ -206,6 +209,30 @@ class Session:
         interrupted = set(engine.interrupted_runs())
         return tuple(attrs.evolve(c, metadata={**c.metadata, "resume_run": True}) if c.id in interrupted else c
                      for c in calls)
+
+    def _pending_calls(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """The calls of the interrupted task's last response that have no result: each made
+        again, unless it had started and was not waiting for a person when its host stopped
+        (it may have had its effect: it is answered as possibly done, never repeated); a run_code
+        run that was interrupted is resumed from its journal instead."""
+        started: set[str] = set()
+        waiting: dict[str, bool] = {}
+        for record in self._earlier:
+            kind = record.get("type")
+            if kind == "call" and isinstance(record.get("call"), dict):
+                started.add(str(record["call"].get("id")))
+            elif kind in ("waiting", "answered"):
+                waiting[str(record.get("call_id"))] = kind == "waiting"
+        runs = {c.id for c in self._resumed_calls(calls) if c.metadata.get("resume_run")}
+        made = []
+        for call in calls:
+            if call.id in runs:
+                made.append(attrs.evolve(call, metadata={**call.metadata, "resume_run": True}))
+            elif call.id in started and not waiting.get(call.id, False):
+                made.append(attrs.evolve(call, metadata={**call.metadata, "possibly_done": True}))
+            else:
+                made.append(call)
+        return tuple(made)
 
     def cancel(self, reason: str = INTERRUPTED) -> None:
         """Stop the running task now: its model request ends (its connection closed), no new
@@ -379,12 +406,28 @@ class Session:
             result = self.nexus.refuse(call, f"invalid arguments for {call.name}: {invalid}", "invalid_arguments")
         elif call.metadata.get("resume_run"):  # a run_code run interrupted with its host: from its journal
             result = self._resume_run(call, token)
+        elif call.metadata.get("possibly_done"):  # it was running when the turn's host stopped
+            # the key its handler was given (ctx.idempotency_key: an ordinary call's id)
+            result = self.nexus.refuse(call, POSSIBLY_DONE.format(name=call.name, key=call.id), "failure")
+            result = attrs.evolve(result, metadata={**result.metadata, "possibly_done": True, "idempotency_key": call.id})
         else:
-            # keyed by the session, so that the turn resumed in another host finds its approval
-            keyed = attrs.evolve(call, metadata={**call.metadata, DURABLE_KEY: f"{self.id}/{call.id}"})
+            # keyed by the session, so that the turn resumed in another host finds its approval;
+            # its start is recorded first, so that a resumed turn does not run again a call that
+            # may have had its effect (it was running, not waiting for a person, when its host stopped)
+            keyed = attrs.evolve(call, metadata={**call.metadata, DURABLE_KEY: self._key(call)})
+            self.transcript.write("call", call=_call_json(call))
             result = self.nexus.invoke(keyed, approver=self._approver(), context={"session": self.id}, cancel=token)
         self._record_result(call, result, token)
         return result
+
+    def _key(self, call: ToolCall) -> str:
+        return f"{self.id}/{call.id}"
+
+    def asking(self, call_id: str, waiting: bool) -> None:
+        """A person is asked about the call `call_id` of this session (`waiting`), or answered
+        (the agent plugin's nexus_ask_start / nexus_ask_end): a resumed turn makes a call that
+        was waiting for a person again, and does not repeat one that was running."""
+        self.transcript.write("waiting" if waiting else "answered", call_id=call_id)
 
     def _resume_run(self, call: ToolCall, token: CancelToken) -> ToolResult:
         from nexus_tool_code_exec import engine_for
