@@ -213,3 +213,28 @@ def test_a_long_lived_host_resumes_a_run_that_waited_on_nobody_at_its_start(tmp_
     assert result["held"].startswith("possibly done: hold was running when the run's host stopped"), result
     assert lines(ledger) == ["one", "held release", "two"]  # the one in flight not run again
 
+
+
+def test_two_long_lived_hosts_starting_at_once_finish_an_interrupted_run_once(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    host, script = write_host(tmp_path), tmp_path / "script.py"
+    script.write_text(HELD)
+    config, _ = _durable_config(tmp_path, ledger)
+    folder = tmp_path / "sessions" / "plugins" / CE / "call_twice"
+    first = start_host(host, config, "run", "call_twice", script)
+    try:
+        wait_for(lambda: "held release" in lines(ledger), "the script to be held in its second call", WAIT)
+    finally:
+        _kill(first)
+    servers = [start_host(host, config, "serve", "-") for _ in range(2)]  # both recover at once
+    try:
+        for server in servers:
+            assert server.stdout is not None and json.loads(server.stdout.readline()) == {"ready": True}
+        result = wait_for(lambda: _ended(folder), "the resumed run to end", WAIT)
+    finally:
+        (tmp_path / "stop").write_text("")
+        for server in servers:
+            server.communicate(timeout=WAIT)
+    assert result["held"].startswith("possibly done"), result
+    assert lines(ledger) == ["one", "held release", "two"]  # one host finished it; nothing ran twice
+    assert json.loads((folder / "result.json").read_text()) == result  # and its record is that host's
