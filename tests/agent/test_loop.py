@@ -327,7 +327,7 @@ def test_the_transcript_is_written_as_the_task_goes(fake: FakeProviders, workspa
     fake.script("openai.chat", reply("openai", None, [Call("peek", {})]), reply("openai", "ok"))
     with Nexus.from_config(workspace.config(), tools=[tool]) as nx:
         run(nx, "peek", "openai")
-    assert seen == [["session", "message", "request", "response"]]
+    assert seen == [["session", "message", "request", "response", "call"]]  # and that the call started
     [path] = (workspace.sessions / "plugins" / "nexus.agent").glob("*.jsonl")
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
