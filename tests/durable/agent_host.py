@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from durable_host import AskAboutSome, append  # noqa: E402
+from durable_host import AskAboutSome, append
 
-from nexus_core import Nexus  # noqa: E402
+from nexus_core import Nexus
 
 
 def main() -> None:

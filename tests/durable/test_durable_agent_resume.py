@@ -36,7 +36,7 @@ def _config(tmp_path: Path, fake_providers: FakeProviders, database: Path) -> Pa
 
 def _approvals(database: Path, *args: str) -> Any:
     proc = subprocess.run([str(NEXUS_CLI), "approvals", "--database", str(database), *args],
-                          capture_output=True, text=True, timeout=WAIT)
+                          capture_output=True, text=True, timeout=WAIT, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout) if "--json" in args else proc.stdout
 
@@ -112,7 +112,7 @@ def test_nexus_ask_resume_goes_on_with_a_turn_cut_in_its_model_request(
 
     def ask(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(NEXUS_CLI), "--config", str(config), "--trust-config", "ask", *args],
-                              capture_output=True, text=True, timeout=WAIT)
+                              capture_output=True, text=True, timeout=WAIT, check=False)
 
     proc = ask("--resume", session, "--json")
     assert proc.returncode == 0, proc.stderr

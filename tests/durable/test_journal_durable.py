@@ -49,7 +49,7 @@ def _durable_config(tmp_path: Path, ledger: Path) -> tuple[dict[str, Any], Path]
 
 def _approvals(database: Path, *args: str) -> Any:
     proc = subprocess.run([str(NEXUS_CLI), "approvals", "--database", str(database), *args],
-                          capture_output=True, text=True, timeout=WAIT)
+                          capture_output=True, text=True, timeout=WAIT, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout) if "--json" in args else proc.stdout
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from pathlib import Path
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs

@@ -19,7 +19,6 @@ from typing import Any
 
 from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, PendingApproval, answer_message
 
-
 #: the states of an approval's workflow that wait for the answer: PENDING, or ENQUEUED (its host
 #: was killed and a host that took it over has not picked it up yet)
 WAITING = ("PENDING", "ENQUEUED")
