@@ -158,3 +158,44 @@ def test_a_call_running_when_the_turn_host_is_killed_is_reported_possibly_done_n
 def _call_id(body: dict) -> str:  # type: ignore[type-arg]
     [call] = [c for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
     return str(call["id"])
+
+
+def test_a_turn_whose_run_code_run_was_interrupted_resumes_the_run_from_its_journal(
+        fake_providers: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-nexus-test-" + os.urandom(8).hex())
+    out = tmp_path / "out.txt"
+    script = ("import tools\n\ndef run(ctx):\n"
+              f"    tools.append(path={str(out)!r}, text='one')\n"
+              f"    return tools.append(path={str(out)!r}, text='ask-two').output\n")
+    fake_providers.script("openai.chat", chat_completion(None, [Call("run_code", {"script": script})]),
+                          chat_completion("Ran it."))
+    database = tmp_path / "durable.sqlite"
+    config = _config(tmp_path, fake_providers, database)
+    data = json.loads(config.read_text())
+    data["plugins"]["active"].append("nexus.tool.code_exec")
+    config.write_text(json.dumps(data))
+    first = _host(config, "run")
+    try:
+        assert first.stdout is not None
+        session = json.loads(first.stdout.readline())["session"]
+        [pending] = wait_for("the inner call's approval", lambda: _approvals(database, "--json"))
+    finally:
+        kill9(first)
+        first.communicate()
+    assert pending["call"]["arguments"]["text"] == "ask-two" and out.read_text() == "one\n"
+    _approvals(database, "answer", pending["id"], "allow")
+    second = _host(config, "resume", session)
+    stdout, stderr = second.communicate(timeout=WAIT)
+    assert second.returncode == 0, stderr
+    assert json.loads(stdout.strip().splitlines()[-1])["text"] == "Ran it."
+    assert out.read_text() == "one\nask-two\n"  # the completed inner call not run again
+    sent = fake_providers.requests_for("openai.chat")
+    assert len(sent) == 2
+    [told] = [m["content"] for m in sent[-1].body["messages"] if m["role"] == "tool"]
+    assert "2" in told, told  # the run's result: the approved call's line count
+    assert _approvals(database, "--json") == []
+    from nexus_agent import read_transcript
+
+    records = read_transcript(tmp_path / "session" / "plugins" / "nexus.agent" / f"{session}.jsonl")
+    [result] = [r["result"] for r in records if r["type"] == "tool_result"]
+    assert result["metadata"] == {"resumed": True, "journal_calls": 1, "suspensions": 0}  # from its journal
