@@ -72,8 +72,8 @@ def test_ask_json_gives_the_whole_transcript(fake: FakeProviders, workspace: Wor
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["answer"] == "Empty folder." and data["stop_reason"] == "final_answer" and data["turns"] == 2
-    assert [r["type"] for r in data["records"]] == ["session", "message", "request", "response", "tool_result",
-                                                    "request", "response", "stop"]
+    assert [r["type"] for r in data["records"]] == ["session", "message", "request", "response", "call",
+                                                    "tool_result", "request", "response", "stop"]
     assert data["records"] == read_transcript(data["transcript"])
     assert data["usage"]["total_tokens"] == sum(r["usage"]["total_tokens"] for r in data["records"]
                                                 if r["type"] == "response")

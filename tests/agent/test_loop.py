@@ -89,9 +89,10 @@ def test_a_two_turn_task_reads_a_file_through_run_code_and_answers(
     assert printed == "read 20 characters\n" and json.loads(returned) == {"inventory": "apples: 42\npears: 7\n"}
 
     records = read_transcript(result.transcript or "")
-    assert [r["type"] for r in records] == ["session", "message", "request", "response", "tool_result", "request",
-                                            "response", "stop"]
-    assert records[4]["call"]["name"] == "run_code" and "apples: 42" in records[4]["result"]["output"]
+    assert [r["type"] for r in records] == ["session", "message", "request", "response", "call", "tool_result",
+                                            "request", "response", "stop"]
+    assert records[4]["call"]["name"] == "run_code"  # its start: a resumed turn never repeats a call that started
+    assert records[5]["call"]["name"] == "run_code" and "apples: 42" in records[5]["result"]["output"]
     assert records[-1]["reason"] == "final_answer" and records[-1]["usage"]["total_tokens"] == result.usage.total_tokens
     assert records[3]["usage"]["input_tokens"] > 0
 
@@ -326,7 +327,7 @@ def test_the_transcript_is_written_as_the_task_goes(fake: FakeProviders, workspa
     fake.script("openai.chat", reply("openai", None, [Call("peek", {})]), reply("openai", "ok"))
     with Nexus.from_config(workspace.config(), tools=[tool]) as nx:
         run(nx, "peek", "openai")
-    assert seen == [["session", "message", "request", "response"]]
+    assert seen == [["session", "message", "request", "response", "call"]]  # and that the call started
     [path] = (workspace.sessions / "plugins" / "nexus.agent").glob("*.jsonl")
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 

@@ -53,7 +53,7 @@ class Setup:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "NEXUS_TEST_OUT": str(self.out), **(env or {})})
         self.procs.append(proc)
-        if mode == "serve":
+        if mode in ("serve", "stay"):
             assert proc.stdout is not None
             line = proc.stdout.readline()
             assert line.strip() == "ready", f"the host did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}"

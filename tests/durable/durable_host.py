@@ -2,7 +2,9 @@
 
     call TEXT...  call `append` once per TEXT (a gate asks about each text that starts with
                   "ask"; the others run at once), print each result as one JSON line, exit
-    serve         start the Nexus (so it takes over what a killed host left), print "ready",
+    stay          the same without calling `Nexus.recover()` (config `recover: start` takes over)
+    serve         start the Nexus as a long-lived host (`Nexus.recover()`: it takes over what
+                  a killed host left), print "ready",
                   and stay until stdin closes
 
 `append(path, text)` appends the text as a line of the file `path` and returns the file's line
@@ -56,7 +58,9 @@ def main() -> None:
                 result = nx.invoke("append", {"path": str(out), "text": text})
                 print(json.dumps({"text": text, "output": result.output, "error": result.error,
                                   "metadata": result.metadata}), flush=True)
-        elif mode == "serve":
+        elif mode in ("serve", "stay"):
+            if mode == "serve":
+                nx.recover()  # a long-lived host: it takes over what killed hosts left
             print("ready", flush=True)
             sys.stdin.read()
         else:

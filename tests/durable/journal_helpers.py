@@ -7,7 +7,8 @@ tools whose effects a test counts, and a host process a test can kill.
   (a call a test keeps in flight, then kills the host in);
 - `HOST` is the source of a host process: `python host.py run|resume CONFIG.json CALL_ID SCRIPT`
   builds a Nexus from the config with both tools (and an approver that waits for a file, when
-  asked to), runs or resumes the call, and prints the result as JSON.
+  asked to), runs or resumes the call, and prints the result as JSON; `serve CONFIG.json -` is a
+  long-lived host (`Nexus.recover()`) that stays until a file `stop` is made beside the ledger.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def approver(question):
 nx = Nexus.from_config(config, tools=make_tools(ledger), approver=approver)
 nx.register(AsksAbout())
 with nx:
+    if mode == "serve":  # a long-lived host: it takes over what killed hosts left, until told to stop
+        nx.recover()
+        print(json.dumps({{"ready": True}}), flush=True)
+        while not (ledger.parent / "stop").exists():
+            time.sleep(0.05)
+        raise SystemExit(0)
     if mode == "run":
         from nexus_core import ToolCall
         script = Path(sys.argv[4]).read_text()

@@ -99,14 +99,14 @@ def _database(d: Any) -> str | None:
     return yaml.safe_load(d.config.read_text())["plugins"]["nexus.durable"].get("database")
 
 
-def _killed_while_waiting(d: Any) -> None:
+def _killed_while_waiting(d: Any, mode: str = "serve") -> None:
     host = d.host("call", "first", "ask-second")
     [pending] = d.wait_pending()
     kill9(host)
     assert d.lines() == ["first"]
     # still pending, listed from the database with nobody waiting on it
     assert [p["id"] for p in d.pending()] == [pending["id"]]
-    server = d.host("serve")  # the next start of a Nexus with the same config takes it over
+    server = d.host(mode)  # the next long-lived host with the same config takes it over
     assert [p["id"] for p in d.pending()] == [pending["id"]]
     d.nexus("approvals", "answer", pending["id"], "allow")
     done = wait_for("the taken-over call's outcome", lambda: outcome(d, pending["id"]))
@@ -120,6 +120,10 @@ def _killed_while_waiting(d: Any) -> None:
 
 def test_a_host_killed_while_an_approval_waits_is_taken_over(durable: Any) -> None:
     _killed_while_waiting(durable())
+
+
+def test_with_recover_start_any_nexus_takes_over_as_it_starts(durable: Any) -> None:
+    _killed_while_waiting(durable(recover="start"), mode="stay")  # a host that never calls Nexus.recover()
 
 
 def test_a_call_in_flight_when_its_host_dies_is_reported_possibly_done_not_repeated(durable: Any) -> None:

@@ -96,30 +96,46 @@ def _status(result: AgentResult) -> int:
 Examples:
   nexus ask "What does README.md say about installing?"
   nexus ask --model anthropic:claude-sonnet-4-5 --yes "Tidy up the imports in app.py"
-  echo "Summarise CHANGES.md" | nexus ask - --json""")
-@click.argument("prompt", nargs=-1, required=True)
+  echo "Summarise CHANGES.md" | nexus ask - --json
+  nexus ask --resume 20261202T030411Z-1a2b3c4d --yes""")
+@click.argument("prompt", nargs=-1)
 @_model_option
 @click.option("--yes", "policy", flag_value="yes", help="Approve every call a gate asks about.")
 @click.option("--no", "policy", flag_value="no", help="Refuse every call a gate asks about (the default).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the whole transcript and the result as JSON instead of the streamed answer.")
+@click.option("--resume", "resume", metavar="SESSION",
+              help="Go on with the task of session SESSION (its transcript) that was running when its host "
+                   "stopped, instead of giving a new one (no PROMPT).")
 @_turns_option
 @_verbose_option
 @click.pass_context
 def ask_command(ctx: click.Context, prompt: tuple[str, ...], model: str | None, policy: str | None,
-                as_json: bool, max_turns: int | None, verbose: bool) -> int:
+                as_json: bool, resume: str | None, max_turns: int | None, verbose: bool) -> int:
     """Give the agent one task (PROMPT; '-' reads stdin) and print its answer as it streams.
     Tool calls show one line each on stderr. Exits 0 on an answer, 1 when the task stopped
     otherwise (turn limit, token budget, an error), 130 when interrupted."""
     from ._console import Display, PolicyApprover, run_task
 
-    text = sys.stdin.read() if prompt == ("-",) else " ".join(prompt)
-    if not text.strip():
-        raise UsageError("the prompt is empty")
+    text: str | None = None
+    if resume is not None:
+        if prompt:
+            raise UsageError("--resume goes on with a session's task: give no PROMPT with it")
+    else:
+        text = sys.stdin.read() if prompt == ("-",) else " ".join(prompt)
+        if not text.strip():
+            raise UsageError("the prompt is empty" if prompt else "give a PROMPT (or --resume SESSION)")
     nx = _open(ctx, max_turns)
     display = Display(sys.stdout, sys.stderr, verbose=verbose, show_text=not as_json)
-    with _session(nx, model, approver=PolicyApprover(display, policy), on_event=display) as session:
-        result = run_task(session, text, display, None)
+    try:
+        opened = _session(nx, model, approver=PolicyApprover(display, policy), on_event=display, resume=resume)
+    except LookupError as exc:
+        raise UsageError(f"--resume: {exc}") from None
+    with opened as session:
+        try:
+            result = run_task(session, text, display, None)
+        except LookupError as exc:
+            raise UsageError(f"--resume: {exc}") from None
         records = list(session.transcript.records)
     display.end_text()
     if as_json:
@@ -158,6 +174,7 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
     read = LineReader(prompt_out=sys.stdout)
     approver = ConsoleApprover(display, read)
     with _session(nx, model, approver=approver, on_event=display) as session:
+        nx.recover()  # a chat is long-lived: it takes over what killed hosts left (docs/durable.md)
         where = f"; transcript: {session.transcript_path}" if session.transcript_path else ""
         click.echo(f"nexus chat with {session.model} (Ctrl-C stops a turn, Ctrl-D or /exit ends){where}", err=True)
         while True:

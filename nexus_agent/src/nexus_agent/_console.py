@@ -319,8 +319,8 @@ def _stdin_is_a_terminal() -> bool:
         return False
 
 
-def run_task(session: Session, text: str, display: Display, approver: ConsoleApprover | None) -> AgentResult:
-    """Run one task on its own thread while this (the main) thread asks the person the task's
+def run_task(session: Session, text: str | None, display: Display, approver: ConsoleApprover | None) -> AgentResult:
+    """Run one task (`text`; None: go on with the session's interrupted one) on its own thread while this (the main) thread asks the person the task's
     questions. Ctrl-C cancels the task (its model request ends, its tool calls are stopped) and
     waits until the task has ended, then says what each running call came to; a second Ctrl-C
     while it stops propagates (the command quits)."""
@@ -329,7 +329,7 @@ def run_task(session: Session, text: str, display: Display, approver: ConsoleApp
 
     def work() -> None:
         try:
-            box["result"] = session.send(text)
+            box["result"] = session.send(text) if text is not None else session.resume()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
         finally:

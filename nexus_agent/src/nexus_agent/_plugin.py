@@ -27,6 +27,29 @@ class AgentPlugin(Plugin[Settings]):
 
     NEXUS_PLUGIN_ID = PLUGIN_ID
 
+    def __init__(self, nexus: Any) -> None:
+        super().__init__(nexus)
+        import weakref
+
+        #: the open sessions, by id: a person asked about one of their calls is noted in its transcript
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+
+    @hookimpl
+    def nexus_ask_start(self, question: Question) -> None:
+        self._asking(question, True)
+
+    @hookimpl
+    def nexus_ask_end(self, question: Question) -> None:
+        self._asking(question, False)
+
+    def _asking(self, question: Question, waiting: bool) -> None:
+        key = question.call.metadata.get("durable_key") if isinstance(question.call.metadata, dict) else None
+        if question.kind != "approval" or not isinstance(key, str) or "/" not in key:
+            return
+        session = self._sessions.get(key.split("/", 1)[0])
+        if session is not None:
+            session.asking(question.call.id, waiting)
+
     @staticmethod
     @hookimpl
     def nexus_register_commands(cli: click.Group) -> None:
@@ -37,20 +60,32 @@ class AgentPlugin(Plugin[Settings]):
 
     def session(self, *, model: str | None = None, approver: Callable[[Question], Any] | None = None,
                 on_event: Callable[[AgentEvent], None] | None = None,
-                transcript: bool | None = None) -> Session:
+                transcript: bool | None = None, resume: str | None = None) -> Session:
         """A new conversation. `model` is "provider:model" (default: the config's `model`);
         `approver` answers for the person when a gate asks or the model asks a question
         (default: the Nexus's); `on_event` sees text as it streams and each tool call;
-        `transcript` overrides the `transcripts` setting. Raises ValueError when there is no
-        model to use."""
+        `transcript` overrides the `transcripts` setting; `resume` is the id of a session to go
+        on with (its transcript's history; `Session.resume()` goes on with its interrupted task).
+        Raises ValueError when there is no model to use, LookupError for no such session."""
         from ._session import Session
 
         chosen = model or self.nexus.config.model
         if not chosen:
             raise ValueError("no model: set `model: provider:model` in the config (for example "
                              "openai:gpt-4.1), or pass one")
-        return Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
-                       transcript=transcript)
+        session = Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
+                          transcript=transcript, resume=resume)
+        self._sessions[session.id] = session
+        return session
+
+    def resume(self, session_id: str, **kwargs: Any) -> AgentResult:
+        """Go on with the task of session `session_id` (its transcript) that was running when its
+        host stopped, and close the session after it: `session(resume=session_id).resume()`.
+        Calls that have a result in the transcript are not run again and no model request that
+        has its response there is made again (see `Session.resume`); raises LookupError when
+        there is no such session, or its last task ended."""
+        with self.session(resume=session_id, **kwargs) as session:
+            return session.resume()
 
     def run(self, prompt: str, **kwargs: Any) -> AgentResult:
         """One task in a new session (closed after it): `session(**kwargs).send(prompt)`."""

@@ -19,8 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from nexus_core.llm import Message, ModelCall, ModelError, ModelRequest, ModelResponse, Usage, split_model
 from nexus_core.skills import skills_prompt
 from nexus_core.wire import converter
@@ -39,7 +41,7 @@ from ._events import (
     ToolCallStarted,
 )
 from ._settings import PLUGIN_ID, Settings
-from ._transcript import Transcript
+from ._transcript import Transcript, read_transcript
 
 if TYPE_CHECKING:
     from nexus_core import Nexus
@@ -50,6 +52,12 @@ log = logging.getLogger("nexus_agent")
 _POLL_SECONDS = 0.05
 #: the reason a person's interrupt gives the task's token (the shell's result quotes it)
 INTERRUPTED = "interrupted by the user"
+#: what a resumed task answers for a call that was running when its host stopped
+POSSIBLY_DONE = ("possibly done: {name} was running when this task's host stopped, and is not run again: its "
+                 "effect may or may not have happened (its idempotency key is {key!r})")
+#: the metadata key of a call that is unique to it and the same when its turn is resumed in
+#: another host (`<session id>/<call id>`): a durable backend keys the call's approval by it
+DURABLE_KEY = "durable_key"
 
 
 def new_session_id() -> str:
@@ -101,28 +109,37 @@ class Session:
     def __init__(self, nexus: Nexus, settings: Settings, *, model: str,
                  approver: Callable[[Question], Any] | None = None,
                  on_event: Callable[[AgentEvent], None] | None = None,
-                 transcript: bool | None = None) -> None:
+                 transcript: bool | None = None, resume: str | None = None) -> None:
         self.nexus = nexus
         self.settings = settings
         self.model = model
         self.provider, self.model_name = split_model(model)
-        self.id = new_session_id()
+        self.id = resume or new_session_id()
         self.history: list[Message] = []
         self.usage = Usage()
         self.approver = approver
         self.on_event = on_event
         keep = settings.transcripts if transcript is None else transcript
-        path = nexus.config.session_dir / "plugins" / PLUGIN_ID / f"{self.id}.jsonl" if keep else None
-        self.transcript = Transcript(path)
+        path = transcript_path(nexus, self.id) if keep or resume else None
+        #: what a resumed session goes on from: its transcript's records so far
+        self._earlier: list[dict[str, Any]] = []
+        if resume is not None:
+            assert path is not None
+            try:
+                self._earlier = read_transcript(path)
+            except (OSError, ValueError) as exc:
+                raise LookupError(f"no session {resume!r} to resume: cannot read {path}: {exc}") from None
+            self.history = history_of(self._earlier)
+        self.transcript = Transcript(path, self._earlier)
         self._token = CancelToken()  # the running task's (a new one for each task)
         self._slots = threading.BoundedSemaphore(settings.max_parallel_calls)
         self._stopped: list[StoppedCall] = []
         self._shown: set[str] = set()  # the ids of this task's calls whose result was shown
         self._busy = threading.Lock()
         self._closed = False
-        self.transcript.write("session", id=self.id, provider=self.provider, model=self.model_name,
-                              workspace=str(nexus.config.workspace), max_turns=settings.max_turns,
-                              max_tokens=settings.max_tokens)
+        self.transcript.write("session" if resume is None else "resumed", id=self.id, provider=self.provider,
+                              model=self.model_name, workspace=str(nexus.config.workspace),
+                              max_turns=settings.max_turns, max_tokens=settings.max_tokens)
 
     @property
     def transcript_path(self) -> str | None:
@@ -150,6 +167,72 @@ class Session:
                 self.nexus.notify("nexus_agent_task_end", session=self, result=result)
         finally:
             self._busy.release()
+
+    def resume(self) -> AgentResult:
+        """Go on with the task that was running when this session's host stopped (killed, or
+        it crashed): a session made with `resume=ID` has the history of its transcript; the
+        calls of the model's last response that have a result there are not run again, the
+        others run now (a call whose approval was asked before waits on that approval, or takes
+        its answer, with nexus.durable on), and the loop goes on with the model. No model
+        request that has its response in the transcript is made again. Raises LookupError when
+        the session's last task ended."""
+        pending = interrupted_task(self._earlier)
+        if pending is None:
+            raise LookupError(f"session {self.id}: its last task ended; nothing to resume")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("a task is already running in this session")
+        try:
+            self._token = CancelToken()
+            self._stopped, self._shown = [], set()
+            calls, done, turns = pending
+            results = {r.id: r for r in done}
+            todo = tuple(c for c in calls if c.id not in results)
+            if todo:  # (with every result in the transcript, the history has them already)
+                for result in self._run_calls(self._pending_calls(todo)):
+                    results[result.id] = result
+                self.history.append(Message.tool(tuple(results[c.id] for c in calls)))
+            return self._loop(turns, Usage(), "")
+        finally:
+            self._busy.release()
+
+    def _resumed_calls(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """The calls a resumed task makes again. A run_code call whose run was interrupted is
+        resumed from its journal (nexus.tool.code_exec), so its completed inner calls do not run
+        again."""
+        try:
+            from nexus_tool_code_exec import engine_for
+        except ImportError:
+            return calls
+        engine = engine_for(self.nexus)
+        if engine is None:
+            return calls
+        interrupted = set(engine.interrupted_runs())
+        return tuple(attrs.evolve(c, metadata={**c.metadata, "resume_run": True}) if c.id in interrupted else c
+                     for c in calls)
+
+    def _pending_calls(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """The calls of the interrupted task's last response that have no result: each made
+        again, unless it had started and was not waiting for a person when its host stopped
+        (it may have had its effect: it is answered as possibly done, never repeated); a run_code
+        run that was interrupted is resumed from its journal instead."""
+        started: set[str] = set()
+        waiting: dict[str, bool] = {}
+        for record in self._earlier:
+            kind = record.get("type")
+            if kind == "call" and isinstance(record.get("call"), dict):
+                started.add(str(record["call"].get("id")))
+            elif kind in ("waiting", "answered"):
+                waiting[str(record.get("call_id"))] = kind == "waiting"
+        runs = {c.id for c in self._resumed_calls(calls) if c.metadata.get("resume_run")}
+        made = []
+        for call in calls:
+            if call.id in runs:
+                made.append(attrs.evolve(call, metadata={**call.metadata, "resume_run": True}))
+            elif call.id in started and not waiting.get(call.id, False):
+                made.append(attrs.evolve(call, metadata={**call.metadata, "possibly_done": True}))
+            else:
+                made.append(call)
+        return tuple(made)
 
     def cancel(self, reason: str = INTERRUPTED) -> None:
         """Stop the running task now: its model request ends (its connection closed), no new
@@ -190,7 +273,9 @@ class Session:
     def _task(self, text: str) -> AgentResult:
         self.history.append(Message.user(text))
         self.transcript.write("message", role="user", text=text)
-        turns, usage, last_text = 0, Usage(), ""
+        return self._loop(0, Usage(), "")
+
+    def _loop(self, turns: int, usage: Usage, last_text: str) -> AgentResult:
         system = self.system_prompt()
         while True:
             if self.cancelled:
@@ -319,10 +404,41 @@ class Session:
         invalid = call.metadata.get("invalid_arguments")
         if invalid:  # the provider could not read the arguments the model wrote
             result = self.nexus.refuse(call, f"invalid arguments for {call.name}: {invalid}", "invalid_arguments")
+        elif call.metadata.get("resume_run"):  # a run_code run interrupted with its host: from its journal
+            result = self._resume_run(call, token)
+        elif call.metadata.get("possibly_done"):  # it was running when the turn's host stopped
+            # the key its handler was given (ctx.idempotency_key: an ordinary call's id)
+            result = self.nexus.refuse(call, POSSIBLY_DONE.format(name=call.name, key=call.id), "failure")
+            result = attrs.evolve(result, metadata={**result.metadata, "possibly_done": True, "idempotency_key": call.id})
         else:
-            result = self.nexus.invoke(call, approver=self._approver(), context={"session": self.id}, cancel=token)
+            # keyed by the session, so that the turn resumed in another host finds its approval;
+            # its start is recorded first, so that a resumed turn does not run again a call that
+            # may have had its effect (it was running, not waiting for a person, when its host stopped)
+            keyed = attrs.evolve(call, metadata={**call.metadata, DURABLE_KEY: self._key(call)})
+            self.transcript.write("call", call=_call_json(call))
+            result = self.nexus.invoke(keyed, approver=self._approver(), context={"session": self.id}, cancel=token)
         self._record_result(call, result, token)
         return result
+
+    def _key(self, call: ToolCall) -> str:
+        return f"{self.id}/{call.id}"
+
+    def asking(self, call_id: str, waiting: bool) -> None:
+        """A person is asked about the call `call_id` of this session (`waiting`), or answered
+        (the agent plugin's nexus_ask_start / nexus_ask_end): a resumed turn makes a call that
+        was waiting for a person again, and does not repeat one that was running."""
+        self.transcript.write("waiting" if waiting else "answered", call_id=call_id)
+
+    def _resume_run(self, call: ToolCall, token: CancelToken) -> ToolResult:
+        from nexus_tool_code_exec import engine_for
+
+        engine = engine_for(self.nexus)
+        try:
+            assert engine is not None
+            return engine.resume(call.id, approver=self._approver(), cancel=token)
+        except LookupError as exc:  # another host resumed it meanwhile: it is not run twice
+            text = f"run_code call {call.id} was not resumed here: {exc}; see `nexus runs show {call.id}`"
+            return self.nexus.refuse(call, text, "failure")
 
     def _record_result(self, call: ToolCall, result: ToolResult, token: CancelToken | None = None) -> None:
         if token is not None and token.cancelled:
@@ -367,3 +483,70 @@ class Session:
             self.on_event(event)
         except Exception:
             log.exception("the session's on_event callback raised on %s", type(event).__name__)
+
+
+def transcript_path(nexus: Nexus, session_id: str) -> Path:
+    if not session_id or "/" in session_id or session_id.startswith("."):
+        raise LookupError(f"no session {session_id!r}: a session id is a transcript's name")
+    return Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID / f"{session_id}.jsonl"
+
+
+def _call_of(data: dict[str, Any]) -> ToolCall:
+    return ToolCall(id=str(data["id"]), name=str(data["name"]), arguments=dict(data.get("arguments") or {}))
+
+
+def _result_of(data: dict[str, Any]) -> ToolResult:
+    result: ToolResult = converter.structure(data, ToolResult)
+    return result
+
+
+def history_of(records: list[dict[str, Any]]) -> list[Message]:
+    """A conversation's messages from its transcript: the person's, the model's responses, and
+    the results of each response's calls (a response whose calls have not all ended, the last
+    one of an interrupted task, gets no results here: `interrupted_task`)."""
+    history: list[Message] = []
+    calls: list[ToolCall] = []
+    results: dict[str, ToolResult] = {}
+
+    def flush() -> None:
+        if calls and all(c.id in results for c in calls):
+            history.append(Message.tool(tuple(results[c.id] for c in calls)))
+        calls.clear()
+        results.clear()
+
+    for record in records:
+        kind = record.get("type")
+        if kind == "message" and record.get("role") == "user":
+            flush()
+            history.append(Message.user(str(record.get("text", ""))))
+        elif kind == "response":
+            flush()
+            calls.extend(_call_of(c) for c in record.get("tool_calls") or ())
+            history.append(Message.assistant(str(record.get("text") or ""), tuple(calls)))
+        elif kind == "tool_result" and isinstance(record.get("call"), dict) and isinstance(record.get("result"), dict):
+            call_id = str(record["call"].get("id"))
+            if any(c.id == call_id for c in calls):
+                results[call_id] = _result_of(record["result"])
+    flush()
+    return history
+
+
+def interrupted_task(records: list[dict[str, Any]]) -> tuple[tuple[ToolCall, ...], list[ToolResult], int] | None:
+    """Where the transcript's last task stopped when it did not end (no `stop` after its last
+    message): the calls of its last response, the results the transcript has for them, and how
+    many model requests it made; None when it ended."""
+    start = max((i for i, r in enumerate(records) if r.get("type") == "message" and r.get("role") == "user"),
+                default=None)
+    if start is None or any(r.get("type") == "stop" for r in records[start:]):
+        return None
+    task = records[start:]
+    turns = sum(1 for r in task if r.get("type") == "request")
+    responses = [r for r in task if r.get("type") == "response"]
+    if not responses:
+        return (), [], turns
+    calls = tuple(_call_of(c) for c in responses[-1].get("tool_calls") or ())
+    ids = {c.id for c in calls}
+    after = task[task.index(responses[-1]):]
+    done = [_result_of(r["result"]) for r in after if r.get("type") == "tool_result"
+            and isinstance(r.get("call"), dict) and r["call"].get("id") in ids and isinstance(r.get("result"), dict)]
+    return calls, done, turns

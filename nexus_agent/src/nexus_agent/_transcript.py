@@ -30,9 +30,10 @@ class Transcript:
     """The records of one session, kept in memory (for `nexus ask --json`) and, when `path` is
     given, appended to that file line by line. Safe to write from several threads."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, records: list[dict[str, Any]] | None = None) -> None:
         self.path = path
-        self.records: list[dict[str, Any]] = []
+        #: what was written so far (`records`: those of the file it goes on, a resumed session's)
+        self.records: list[dict[str, Any]] = list(records or [])
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         if path is not None:

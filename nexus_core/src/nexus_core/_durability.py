@@ -15,7 +15,11 @@ asking thread and the handler runs in place, exactly as they always have. With o
   run, or answer from a record without calling `run` (a call that completed before its host
   was killed), or refuse to repeat a call that may have happened.
 - `started` is called once the Nexus has started (every plugin configured, every tool
-  registered): the moment a backend can resume the work a killed host left.
+  registered).
+- `recover()`, optional (a backend without it is not asked), is called by `Nexus.recover()`: the program says it is a long-lived host (a chat, a
+  server), so the backend may take over the work killed hosts left (calls that wait on an
+  approval, interrupted runs) and run it here. A short-lived program (`nexus call`, `nexus
+  approvals`) never calls it: work it took over would be cut when it exits.
 
 One backend per Nexus: `Nexus.set_durability` refuses a second.
 """

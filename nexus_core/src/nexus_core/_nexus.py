@@ -449,6 +449,16 @@ class Nexus:
                              "one backend per Nexus")
         self.durability = backend
 
+    def recover(self) -> None:
+        """Say that this Nexus is a long-lived host (a chat, a server, a program that runs for
+        long): its durable backend takes over the work that hosts killed before left (a call
+        whose approval is answered, an interrupted run_code run) and runs it here, in threads of
+        its own. Does nothing without a durable backend. A short-lived program does not call it:
+        what it took over would be cut when it exits. See docs/durable.md."""
+        recover = getattr(self.durability, "recover", None)  # optional in a backend
+        if callable(recover):
+            recover()
+
     def ask(self, question: Question, approver: Approver | None = None) -> Answer:
         """Ask the person behind the front end (`approver`, else the Nexus's) and return the
         `Answer`. Announced to `nexus_ask_start` / `nexus_ask_end`. Never raises: with no

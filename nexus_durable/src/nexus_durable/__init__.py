@@ -10,6 +10,7 @@ handler that completed is not run again; one in flight is reported as possibly d
         enabled: true                  # null (the default): on when `database` is set
         database: null                 # a SQLite file, or postgresql://...; null: durable.sqlite in the session folder
         approval_expiry_seconds: 86400 # null: approvals never expire
+        recover: auto                  # take over killed hosts' work: auto (long-lived hosts), start, off
 
 See docs/durable.md.
 """
@@ -17,7 +18,7 @@ See docs/durable.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from nexus_core.plugins import Plugin, SettingError, setting
@@ -50,6 +51,10 @@ class DurableSettings:
     approval_expiry_seconds: float | None = setting(86400.0, description=(
         "how long a pending approval waits for an answer before it is answered as a denial saying it "
         "expired; null: it never expires"), exclusiveMinimum=0)
+    recover: Literal["auto", "start", "off"] = setting("auto", description=(
+        "when this Nexus takes over what killed hosts left (calls whose approval waits, interrupted run_code "
+        "runs): auto, when its program says it is long-lived (Nexus.recover(): nexus chat, nexus mcp serve); "
+        "start, whenever it starts; off, never"))
 
     def on(self) -> bool:
         return self.enabled if self.enabled is not None else self.database is not None
@@ -97,8 +102,14 @@ class DurablePlugin(Plugin[DurableSettings]):
         except ValueError as exc:
             raise SettingError("database", str(exc)) from None
         self.url = url
-        self.backend = DurableBackend(self.nexus, url, settings.approval_expiry_seconds)
+        self.backend = DurableBackend(self.nexus, url, settings.approval_expiry_seconds, settings.recover)
         self.nexus.set_durability(self.backend)
+
+    def recover(self) -> None:
+        """What `Nexus.recover()` does: this Nexus is a long-lived host, so it takes over now
+        what killed hosts of its machine left (unless `recover: off`); nothing when off."""
+        if self.backend is not None:
+            self.backend.recover()
 
     def approvals(self) -> Approvals:
         """The approvals of this Nexus's durable database (raises ApprovalError when off)."""

@@ -19,6 +19,10 @@ from typing import Any
 
 from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, PendingApproval, answer_message
 
+#: the states of an approval's workflow that wait for the answer: PENDING, or ENQUEUED (its host
+#: was killed and a host that took it over has not picked it up yet)
+WAITING = ("PENDING", "ENQUEUED")
+
 
 class ApprovalError(Exception):
     """An approval that cannot be answered: no such id, answered already, or no database."""
@@ -34,7 +38,7 @@ class Approvals:
     def pending(self) -> list[PendingApproval]:
         """The approvals waiting for an answer, oldest first."""
         try:
-            statuses = self._client.list_workflows(name=APPROVAL_WORKFLOW, status="PENDING", load_input=True,
+            statuses = self._client.list_workflows(name=APPROVAL_WORKFLOW, status=list(WAITING), load_input=True,
                                                    load_output=False, sort_desc=False)
         except Exception as exc:
             if _not_made_yet(exc):
@@ -51,7 +55,7 @@ class Approvals:
         """The pending approval `approval_id`; ApprovalError when there is none such, or it is
         answered already."""
         status = self._status(approval_id)
-        if status.status != "PENDING":
+        if status.status not in WAITING:
             raise ApprovalError(f"approval {approval_id} is answered already ({status.status.lower()})")
         record = _record_of(status)
         if record is None:
@@ -72,7 +76,7 @@ class Approvals:
         that took over from a killed one, "result" (the call's result as data). None while it
         waits."""
         status = self._status(approval_id)
-        if status.status == "PENDING":
+        if status.status in WAITING:
             return None
         output: Any = self._client.retrieve_workflow(approval_id).get_result()
         return output if isinstance(output, dict) else None

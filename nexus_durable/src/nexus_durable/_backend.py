@@ -6,11 +6,14 @@
 - `run_handler`: a call runs in place, as without the backend (no record, no cost), unless it is
   a call this process runs again for a host that was killed: then the handler is a DBOS step,
   and its start is claimed first (`_claims`).
-- `started`: the Nexus is ready, so recover what killed hosts of this machine left.
+- `recover` (`Nexus.recover()`, called by long-lived hosts; at `started` with `recover: start`):
+  take over what killed hosts of this machine left: their pending approvals, and their
+  interrupted run_code runs (resumed from their journals).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import uuid
@@ -26,8 +29,17 @@ from ._records import ANSWER_TOPIC, APPROVAL_WORKFLOW, as_answer, new_record
 log = logging.getLogger("nexus_durable")
 
 HANDLER_STEP = "nexus.durable.handler"
+#: the metadata key of a call made again in each attempt of its run, unique to the call
+#: (run_code's inner calls of a journaled run: nexus_tool_code_exec.host.runner.DURABLE_KEY)
+DURABLE_KEY = "durable_key"
 #: how long closing waits for a call taken over from a killed host to finish
 CLOSE_WAIT_SECONDS = 60.0
+
+
+def approval_id_for(key: str) -> str:
+    """The approval id of a call with a durable key (`metadata["durable_key"]`): the same for
+    every attempt of the call, and unique to it."""
+    return "approval-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def possibly_done(call: ToolCall, key: str) -> ToolResult:
@@ -38,10 +50,12 @@ def possibly_done(call: ToolCall, key: str) -> ToolResult:
 
 
 class DurableBackend:
-    def __init__(self, nexus: Nexus, url: str, expiry: float | None) -> None:
+    def __init__(self, nexus: Nexus, url: str, expiry: float | None, recover: str = "auto") -> None:
         self.nexus = nexus
         self.url = url
         self.expiry = expiry
+        self.recover_mode = recover
+        self._recovered_runs: set[str] = set()  # run_code calls this host resumed (once each)
         self._claims: Claims | None = None
         self._closed = False
 
@@ -54,7 +68,19 @@ class DurableBackend:
         again = _workflows.resuming()
         if again is not None and question.call.id == again.call_id:
             return again.answer  # the recovered call's gates ask again: the answer is recorded
-        approval_id = f"approval-{uuid.uuid4().hex[:12]}"
+        key = question.call.metadata.get(DURABLE_KEY) if isinstance(question.call.metadata, dict) else None
+        if isinstance(key, str) and key:
+            # a call that is made again in each attempt of its run (an inner call of a journaled
+            # run_code run): its approval is keyed by the call, so the attempt after a host that
+            # stopped finds the one asked before (listed once), and waits on it or takes its answer
+            approval_id = approval_id_for(key)
+            handle = self._asked_before(approval_id)
+            if handle is not None:
+                log.warning("approval %s (%s) was asked before its run's host stopped: waiting on it (nexus "
+                            "approvals answer %s allow|deny)", approval_id, question.call.name, approval_id)
+                return self._wait(approval_id, handle, cancel)
+        else:
+            approval_id = f"approval-{uuid.uuid4().hex[:12]}"
         record = new_record(approval_id, question, self.expiry, _workflows.PROCESS_TOKEN, _engine.executor_id())
         with SetWorkflowID(approval_id):
             handle = DBOS.start_workflow(_workflows.approval_workflow, record)
@@ -64,6 +90,9 @@ class DurableBackend:
         else:
             log.warning("approval %s (%s) waits for an answer: nexus approvals answer %s allow|deny",
                         approval_id, question.call.name, approval_id)
+        return self._wait(approval_id, handle, cancel)
+
+    def _wait(self, approval_id: str, handle: Any, cancel: CancelToken | None) -> Answer:
         forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
         try:
             outcome = handle.get_result()
@@ -71,6 +100,21 @@ class DurableBackend:
             if forget is not None:
                 forget()
         return as_answer(outcome["answer"])
+
+    @staticmethod
+    def _asked_before(approval_id: str) -> Any:
+        """The handle of approval `approval_id` when it was asked already (pending or answered),
+        else None. A pending one whose host has ended is taken over here: it only waits for its
+        answer (an inner call's approval never runs its call), which this process then receives."""
+        from dbos import DBOS
+
+        status = DBOS.get_workflow_status(approval_id)
+        if status is None:
+            return None
+        if status.status == "PENDING" and _engine._alive_here(status.executor_id or "") is False:
+            log.info("approval %s: its host ended; this process waits for its answer", approval_id)
+            return DBOS.resume_workflow(approval_id)
+        return DBOS.retrieve_workflow(approval_id)
 
     @staticmethod
     def _stopped(approval_id: str, cancel: CancelToken) -> None:
@@ -120,10 +164,54 @@ class DurableBackend:
 
     def started(self) -> None:
         _workflows.set_host(self)
+        if self.recover_mode == "start":
+            self.recover()
+
+    def recover(self) -> None:
+        """This Nexus is a long-lived host (`Nexus.recover()`): take over what the killed hosts of
+        this machine left. The approvals they waited on go on waiting here (and a direct call
+        runs here once answered); each interrupted run_code run is resumed here, in a thread of
+        its own, from its journal: a run that was waiting on an approval waits on the same one
+        again (suspended after `suspend_after_seconds`), and goes on once it is answered. Nothing
+        with `recover: off`."""
+        if self.recover_mode == "off" or self._closed:
+            return
         try:
             _engine.recover_dead((APPROVAL_WORKFLOW,))
         except Exception:
             log.exception("could not recover the durable calls of ended processes")
+        self._resume_runs()
+
+    def _resume_runs(self) -> None:
+        """Resume the interrupted run_code runs of this session folder (nexus.tool.code_exec's
+        journal: runs whose host stopped before they ended), each in a thread of its own."""
+        try:
+            from nexus_tool_code_exec import engine_for
+        except ImportError:
+            return
+        engine = engine_for(self.nexus)
+        if engine is None:
+            return
+        for call_id in engine.interrupted_runs():
+            if call_id in self._recovered_runs:
+                continue
+            self._recovered_runs.add(call_id)
+            threading.Thread(target=self._resume_run, args=(engine, call_id), daemon=True,
+                             name=f"nexus-durable-run-{call_id}"[:60]).start()
+
+    @staticmethod
+    def _resume_run(engine: Any, call_id: str) -> None:
+        log.info("run_code call %s was interrupted when its host stopped: resuming it here", call_id)
+        try:
+            result = engine.resume(call_id)
+        except LookupError as exc:  # it ended meanwhile, or another host resumed it first
+            log.info("run_code call %s is not resumed here: %s", call_id, exc)
+            return
+        except Exception:
+            log.exception("could not resume run_code call %s", call_id)
+            return
+        log.info("run_code call %s, resumed here, ended: %s", call_id,
+                 "error: " + result.error if result.error else "ok")
 
     # -- the rest ------------------------------------------------------------------------------
 

@@ -102,8 +102,10 @@ def approval_workflow(record: dict[str, Any]) -> dict[str, Any]:
     message = DBOS.recv(ANSWER_TOPIC, timeout_seconds=float(record["timeout"]))
     answer = answer_from_message(message) if message is not None else expired_answer(record)
     outcome: dict[str, Any] = {"answer": answer}
-    if record.get("asker") == PROCESS_TOKEN or record["call"].get("parent_call_id"):
-        # the asker is here and goes on itself; an inner call's run is its own caller's to resume
+    if (record.get("asker") == PROCESS_TOKEN or record["call"].get("parent_call_id")
+            or (record["call"].get("metadata") or {}).get("durable_key")):
+        # the asker is here and goes on itself; an inner call's run, and a keyed call's (an agent
+        # turn's, which `Agent.resume` continues), is its own caller's to resume
         return outcome
     host = _wait_for_host()
     if host is None:

@@ -79,6 +79,7 @@ def serve_command(ctx: click.Context, http: str | None, stateless: bool, allow_r
     with claim_stdio() as (wire_in, wire_out):
         nx = state.open(ctx)
         server = NexusMcpServer(nx)
+        nx.recover()  # a server is long-lived: it takes over what killed hosts left (docs/durable.md)
         try:
             with stop_on_sigterm():
                 anyio.run(server.serve_stdio, wire_in, wire_out)
@@ -120,6 +121,7 @@ def _serve_http(ctx: click.Context, state: CliState, http: str, *, stateless: bo
         sock.close()
         raise
     server = NexusMcpServer(nx)
+    nx.recover()  # a server is long-lived: it takes over what killed hosts left (docs/durable.md)
     token_file: Path | None = None
 
     def ready(security: HttpSecurity) -> None:

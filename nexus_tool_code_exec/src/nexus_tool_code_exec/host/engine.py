@@ -585,6 +585,10 @@ class CodeExec:
                 journal = self._journal_for(run, resume)
             except (JournalBusy, OSError) as exc:  # a resume that cannot read its journal must not run
                 outcome = Outcome(error=f"runtime error: cannot resume run_code call {call_id!r}: {exc}")
+                if isinstance(exc, JournalBusy):
+                    # another host resumed it first (two long-lived hosts recovering at once): its
+                    # record is that host's to write, not overwritten with this refusal
+                    return outcome
         try:
             if outcome is None:
                 outcome = self._run(run, cancel, journal, resumed=resume and bool(journal and journal.entries()))

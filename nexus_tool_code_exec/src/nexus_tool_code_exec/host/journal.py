@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -122,6 +123,9 @@ class Journal(Protocol):
 
     closed: bool
     resumable: bool
+    #: unique to the run, the same in every attempt of it (its first line in journal.jsonl): a
+    #: run_code call id comes from the provider and may repeat across sessions, this does not
+    run_id: str
 
     def entries(self) -> list[Entry]: ...
 
@@ -143,6 +147,7 @@ class MemoryJournal:
         self._entries = list(entries)
         self._lock = threading.Lock()
         self.closed = closed
+        self.run_id = uuid.uuid4().hex
         #: whether a run can be resumed from it: one that kept more than MEMORY_BUDGET of results
         #: is not (it stops keeping them: a run is then not suspended)
         self.resumable = True
@@ -178,7 +183,7 @@ class MemoryJournal:
 
 class FolderJournal(MemoryJournal):
     """journal.jsonl in the run's session folder (and in memory, for a resumption in this
-    process). Lines: `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when the host
+    process). Lines: `{"k": "run", "id"}` first (the run's `run_id`), then `{"k": "start", "n", "slot", "par", "name", "sha", "args"}` when the host
     takes a live call, `{"k": "ask", "n"}` and `{"k": "answered", "n"}` around a person's
     decision about it, `{"k": "done", "n", "call": <its line of calls.jsonl>}` (or `"result"`,
     where that line was cut) when it has its result (a refusal by its gates too).
@@ -224,6 +229,13 @@ class FolderJournal(MemoryJournal):
                 raise JournalBusy(f"{self.path} is in use: its run is going on in another process") from None
             if self._fresh:
                 os.ftruncate(fd, 0)
+                os.write(fd, f'{{"k":"run","id":"{self.run_id}"}}\n'.encode())
+            else:
+                found = _run_id(fd)
+                if found is None:  # a journal of an older release: it gets one now
+                    os.write(fd, f'{{"k":"run","id":"{self.run_id}"}}\n'.encode())
+                else:
+                    self.run_id = found
         except BaseException:
             os.close(fd)
             raise
@@ -315,6 +327,17 @@ def load(path: Path) -> list[Entry]:
                 entry = entries[n]
                 entry.result = result_from(result, ToolCall(id="", name=entry.name, arguments={}))
     return sorted(entries.values(), key=lambda e: e.n)
+
+
+def _run_id(fd: int) -> str | None:
+    """The run id on the first line of the journal open as `fd`, or None."""
+    first = os.pread(fd, 200, 0).split(b"\n", 1)[0]
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return None
+    found = record.get("id") if isinstance(record, dict) and record.get("k") == "run" else None
+    return found if isinstance(found, str) and found.isalnum() and len(found) <= 64 else None
 
 
 class JournalBusy(Exception):

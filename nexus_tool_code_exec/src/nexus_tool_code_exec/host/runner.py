@@ -47,6 +47,10 @@ from .watchdog import Watchdog
 
 log = logging.getLogger("nexus_tool_code_exec")
 
+#: the metadata key of an inner call of a journaled run that is unique to the run and the same in
+#: every attempt of it (`<journal run id>/<call id>`): nexus.durable keys the call's approval by it
+DURABLE_KEY = "durable_key"
+
 #: a line longer than this is a protocol violation (or than what a result of max_result_bytes
 #: needs, if that is more)
 MAX_MESSAGE = 32 * 1024 * 1024
@@ -702,9 +706,14 @@ class ScriptRun:
     def _call_of(self, msg: CallMessage, placement: Placement | None = None) -> ToolCall:
         line = msg.get("line")
         # the line the child says made it (a script can claim any of its lines, no other)
-        metadata = {"script_line": line} if line is not None and line <= self._script_lines else {}
+        metadata: dict[str, Any] = {"script_line": line} if line is not None and line <= self._script_lines else {}
         if placement is not None:
-            # the same id in every attempt of the run: the call's idempotency key (ctx.call_id)
+            # the same id in every attempt of the run: the call's idempotency key (ctx.call_id);
+            # and a key unique to the run too (call ids come from providers and can repeat across
+            # sessions), which a durable backend keys the call's approval by, so that a resumed
+            # run waits on the approval asked before its host stopped instead of asking again
+            assert self.journal is not None
+            metadata[DURABLE_KEY] = f"{self.journal.run_id}/{placement.key}"
             return ToolCall(id=placement.key, name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id,
                             metadata=metadata)
         return ToolCall(name=msg["name"], arguments=msg["args"], parent_call_id=self.call_id, metadata=metadata)
