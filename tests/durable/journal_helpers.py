@@ -8,7 +8,8 @@ tools whose effects a test counts, and a host process a test can kill.
 - `HOST` is the source of a host process: `python host.py run|resume CONFIG.json CALL_ID SCRIPT`
   builds a Nexus from the config with both tools (and an approver that waits for a file, when
   asked to), runs or resumes the call, and prints the result as JSON; `serve CONFIG.json -` is a
-  long-lived host (`Nexus.recover()`) that stays until a file `stop` is made beside the ledger.
+  long-lived host (`Nexus.recover()`) that stays until a file `stop` is made beside the ledger
+  (then closes its Nexus, and lives on `linger` seconds more).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ config = json.loads(Path(config_path).read_text())
 ledger = Path(config.pop("ledger"))
 asks = config.pop("ask", [])
 answer_file = config.pop("answer_file", None)
+linger = config.pop("linger", 0)
 
 
 class AsksAbout:
@@ -99,8 +101,7 @@ with nx:
         print(json.dumps({{"ready": True}}), flush=True)
         while not (ledger.parent / "stop").exists():
             time.sleep(0.05)
-        raise SystemExit(0)
-    if mode == "run":
+    elif mode == "run":
         from nexus_core import ToolCall
         script = Path(sys.argv[4]).read_text()
         result = nx.invoke(ToolCall(id=call_id, name="run_code", arguments={{"script": script}}))
@@ -108,7 +109,10 @@ with nx:
         engine = engine_for(nx)
         print(json.dumps({{"interrupted": engine.interrupted_runs()}}), flush=True)
         result = engine.resume(call_id)
-    print(json.dumps({{"error": result.error, "output": result.output, "metadata": result.metadata,
+if mode == "serve":
+    time.sleep(linger)  # what goes on in this process after nx.close() (an embedder that lives on)
+    raise SystemExit(0)
+print(json.dumps({{"error": result.error, "output": result.output, "metadata": result.metadata,
                       "structured": result.output_structured}}), flush=True)
 '''
 
