@@ -323,10 +323,13 @@ class Zygote:
     def stop(self) -> NoReturn:
         """The host went away: take the children with us."""
         for pid in list(self.children):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            # the group, and the process itself: a spare that has not run yet (SCHED_IDLE on a
+            # busy machine) has not made its group, and killpg alone would miss it
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         os._exit(0)
 
     # -- the requests -------------------------------------------------------------------------------
