@@ -110,7 +110,8 @@ def test_a_waiting_spare_is_idle_priority_and_a_running_child_is_not(nexus_facto
         seen["spares"] = spare_pids(launcher)
         return "ok"
 
-    nx = make(nexus_factory, native_tool("probe", "report", {"type": "object"}, probe))
+    # a zygote of its own: the shared pool's spares may have had SCHED_IDLE lifted by an earlier test
+    nx = make(nexus_factory, native_tool("probe", "report", {"type": "object"}, probe), pool="nexus")
     launcher = launcher_of(nx)
     waiting = held_spare_pid(launcher, keep_idle=True)
     assert wait_until(lambda: os.sched_getscheduler(waiting) == os.SCHED_IDLE)
