@@ -5,6 +5,7 @@ fake of the LLM providers' APIs for tests that drive their SDKs (`fake_providers
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +18,14 @@ from fakes.providers import FakeProviders
 # accepts `pytest_plugins` only in a conftest it loads before collecting, which
 # tests/core/conftest.py is not when the whole suite runs.
 pytest_plugins = ["pytester"]
+
+# A suite started in the background of a non-interactive shell (`scripts/stress ... &`, nohup) inherits
+# SIGINT ignored, and so would every `nexus` the tests start: the Ctrl-C tests then wait for a process
+# that cannot hear them. A signal ignored stays ignored across exec, one with a handler goes back to its
+# default, so giving SIGINT Python's own handler here gives the tests' processes the default a
+# terminal user has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {
