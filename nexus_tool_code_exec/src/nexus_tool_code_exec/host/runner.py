@@ -521,6 +521,8 @@ class ScriptRun:
             self._leaving = True
             self._stopped = "its host closed"
             child = self._child
+        if self.journal is not None:
+            self.journal.close(keep=True)  # as a kill leaves it: what a call ends with from now on is not kept
         if child is not None:
             child.kill()
         wake = self._wake
