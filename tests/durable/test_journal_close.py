@@ -6,7 +6,9 @@ nexus.tool.code_exec) shut down in, the approval is not refused as the engine st
 Real processes: the first host (journal_helpers.HOST) is killed while an inner call waits on an
 approval, a long-lived host takes the run over and is closed (`nx.close()`, as `nexus chat`'s exit
 and `nexus mcp serve`'s SIGTERM do), a third one takes it over again, and the approval is answered
-by `nexus approvals answer` from a process of its own; side effects are counted in a file."""
+by `nexus approvals answer` from a process of its own; side effects are counted in a file. The
+closed host lives on (as an embedder may): the journal must be let go by the close itself, not by
+the process's exit. (test_journal_close_serve.py: the same through `nexus mcp serve` and SIGTERM.)"""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from durable_helpers import WAIT
 from journal_helpers import CE, lines, start_host, wait_for, write_host
 from test_journal_durable import (SCRIPT, _approvals, _durable_config, _ended, _kill, _resumed_waits, _serve,
                                   _stop)
+
+from nexus_tool_code_exec.host.journal import in_use
 
 
 @pytest.mark.parametrize("order", ["code_exec first", "durable first"])
@@ -35,12 +39,16 @@ def test_a_run_taken_over_by_a_host_that_closes_is_left_to_the_next_host(tmp_pat
     finally:
         _kill(first)
 
-    # it lives on after its Nexus closed (as an embedder may): what the close left must be done by then
-    second = _serve(host, config, {**asking, "linger": 3})
+    # it lives on after its Nexus closed (as an embedder may): the close itself leaves the run
+    second = _serve(host, config, {**asking, "linger": 10 * WAIT})
     try:
         wait_for(lambda: _resumed_waits(tmp_path, "call_close"), "the taken-over run to wait on the approval", WAIT)
+        (tmp_path / "stop").write_text("")  # a clean close, not a kill
+        # once closed, while the process lives on: the journal let go, the approval not answered
+        wait_for(lambda: not in_use(folder / "journal.jsonl"), "the closed host to let the journal go", WAIT)
+        assert second.poll() is None
     finally:
-        _stop(tmp_path, second)  # a clean close, not a kill
+        _kill(second)
     # the run is suspended, not ended: its journal stays, no result is recorded, and the approval
     # still waits, unanswered (not refused as the host closed)
     assert (folder / "journal.jsonl").is_file() and not (folder / "error.txt").exists()

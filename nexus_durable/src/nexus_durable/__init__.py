@@ -17,6 +17,7 @@ See docs/durable.md.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +31,8 @@ from ._records import PendingApproval
 
 if TYPE_CHECKING:
     from ._backend import DurableBackend
+
+log = logging.getLogger("nexus_durable")
 
 __version__ = "0.1.0"
 PLUGIN_ID = "nexus.durable"
@@ -133,10 +136,26 @@ class DurablePlugin(Plugin[DurableSettings]):
     @hookimpl
     def nexus_shutdown(self) -> None:
         if self.backend is not None:
+            # first, while the engine runs: the run_code runs going on are left to the next host
+            # (their journals kept, their pending approvals neither refused nor answered), whichever
+            # of the two plugins shuts down first (nexus.tool.code_exec's close leaves them too)
+            self._leave_runs()
             if self.nexus.durability is self.backend:
                 self.nexus.durability = None
             self.backend.close()
             self.backend = None
+
+    def _leave_runs(self) -> None:
+        try:
+            from nexus_tool_code_exec import engine_for
+        except ImportError:
+            return
+        try:
+            engine = engine_for(self.nexus)
+            if engine is not None:
+                engine.leave_runs()
+        except Exception:
+            log.exception("could not leave the run_code runs to the next host")
 
     @staticmethod
     @hookimpl

@@ -34,6 +34,12 @@ HANDLER_STEP = "nexus.durable.handler"
 DURABLE_KEY = "durable_key"
 #: how long closing waits for a call taken over from a killed host to finish
 CLOSE_WAIT_SECONDS = 60.0
+#: the statuses of a workflow that has no result yet
+WAITING = frozenset({"PENDING", "ENQUEUED", "DELAYED"})
+#: what a call still waiting on its approval when its host closes is answered, in that host only
+#: (the approval is not answered: it stays pending, and the next long-lived host takes it over)
+HOST_CLOSED = ("its host closed while the call waited for approval; the approval stays pending, and the next "
+               "long-lived host with this durable database takes it over")
 
 
 def approval_id_for(key: str) -> str:
@@ -58,6 +64,7 @@ class DurableBackend:
         self._recovered_runs: set[str] = set()  # run_code calls this host resumed (once each)
         self._claims: Claims | None = None
         self._closed = False
+        self._closing = threading.Event()  # set as the host closes: the waits of this process end
 
     # -- nexus_core.Durability ---------------------------------------------------------------
 
@@ -95,6 +102,13 @@ class DurableBackend:
     def _wait(self, approval_id: str, handle: Any, cancel: CancelToken | None) -> Answer:
         forget = cancel.on_cancel(lambda: self._stopped(approval_id, cancel)) if cancel is not None else None
         try:
+            # the workflow's status, polled (as DBOS's own get_result polls it), so that this
+            # host's close ends the wait: the approval then stays pending, for the next host
+            while handle.get_status().status in WAITING:
+                if self._closing.wait(_engine.POLL_SECONDS):
+                    log.info("approval %s still waits as its host closes: it stays pending, for the next host",
+                             approval_id)
+                    return Answer(False, HOST_CLOSED, by="nobody")
             outcome = handle.get_result()
         finally:
             if forget is not None:
@@ -228,6 +242,7 @@ class DurableBackend:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         _workflows.clear_host(self)
         # a call this process took over from a killed host finishes before the engine stops (a
         # short-lived `nexus` command may have taken one): cut short, it would be reported as

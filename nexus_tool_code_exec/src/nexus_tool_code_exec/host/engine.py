@@ -76,6 +76,9 @@ from .streaming import RECORD_BUDGET
 
 log = logging.getLogger("nexus_tool_code_exec")
 
+#: how long closing waits for the runs it leaves to the next host to end here (`leave_runs`)
+LEAVE_WAIT_SECONDS = 10.0
+
 TOOL_NAME = "run_code"
 
 INPUT_SCHEMA = {
@@ -592,10 +595,13 @@ class CodeExec:
         try:
             if outcome is None:
                 outcome = self._run(run, cancel, journal, resumed=resume and bool(journal and journal.entries()))
+            if outcome.left:  # its host closed while it went on: left to the next host, as by a kill
+                return outcome
             return self._persist(run, outcome)
         finally:
             if journal is not None:
-                journal.close(keep=False)  # the run ended: its record is complete
+                # the run ended (its record is complete), or was left to be resumed (the journal stays)
+                journal.close(keep=outcome is not None and outcome.left)
 
     def _journal_for(self, run: _Run, resume: bool) -> Journal | None:
         """The run's journal: journal.jsonl in its session folder (what survives its host), in
@@ -686,6 +692,30 @@ class CodeExec:
             if forget is not None:
                 forget()
             self._serving.pop(run.call_id, None)
+
+    def leave_runs(self, timeout: float = LEAVE_WAIT_SECONDS) -> list[str]:
+        """This Nexus closes (cleanly: `nx.close()`, `nexus chat`'s exit, `nexus mcp serve`'s
+        SIGTERM) while runs go on: each run that journals to its session folder is left to the
+        next host, as a kill of this one would leave it: its child is ended, its journal kept
+        (closed: nothing more is written to it, its lock let go), no result recorded; its inner
+        calls are not cancelled, so an approval one of them waits on stays pending, neither
+        refused nor answered (the durable backend ends the wait in this process as it closes).
+        Waits up to `timeout` for those runs to end here; returns their call ids. Runs without
+        such a journal are left alone (the launcher's close ends them as before)."""
+        with self._lock:
+            leaving = {call_id: served for call_id, served in list(self._serving.items())
+                       if isinstance(served.journal, FolderJournal) and served.journal.resumable}
+        for served in leaving.values():
+            served.leave()
+        deadline = time.monotonic() + timeout
+        while any(self._serving.get(call_id) is served for call_id, served in leaving.items()):
+            if time.monotonic() >= deadline:
+                log.warning("run_code: closing while runs it left still end: %s", ", ".join(sorted(leaving)))
+                break
+            time.sleep(0.02)
+        if leaving:
+            log.info("run_code: its host closes; left to the next host (journal kept): %s", ", ".join(sorted(leaving)))
+        return sorted(leaving)
 
     def pause_clock(self, call_id: str | None, call: ToolCall | None = None) -> None:
         """Stop the clock of run `call_id` (a run_code call id): one of its inner calls (`call`)
@@ -958,6 +988,10 @@ class CodeExec:
         return (launcher.held_fds() if launcher is not None else set()) | self.sessions.held_fds()
 
     def close(self) -> None:
+        if self.nexus.durability is not None:
+            # a durable backend is on (the next long-lived host takes over what this one leaves):
+            # a run that journals is left resumable, not ended as the launcher closes
+            self.leave_runs()
         self._closed = True
         with self._lock:
             launcher, self._launcher = self._launcher, None

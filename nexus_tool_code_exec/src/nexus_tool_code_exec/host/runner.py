@@ -145,6 +145,9 @@ class Outcome:
     suspensions: int = 0
     #: replay: the script ended before it made every call of the record (a resumed run's error)
     ended_short: str | None = None
+    #: its host closed while it went on (`ScriptRun.leave`): left to be resumed, as after a kill
+    #: of the host (its journal stays, its pending approvals too; no record is written)
+    left: bool = False
 
     @property
     def stopped_text(self) -> str:
@@ -295,6 +298,7 @@ class ScriptRun:
         self.suspensions = 0
         self._used = 0.0  # seconds of the timeout earlier attempts used
         self._ended_short: str | None = None  # the script ended before making every journaled call
+        self._leaving = False  # its host closes: the run is left to be resumed (`leave`)
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -311,11 +315,12 @@ class ScriptRun:
         self._script = start.get("script") or ""
         self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
-        while ending.lost or self._suspending:
+        while (ending.lost or self._suspending) and not self._leaving:
             if self._suspending:  # resumed once its held calls (the one a person decides) are answered
                 if not self._await_held_calls():
                     ending = _Ending()  # stopped by its caller while suspended
-                    self._stop_inner_calls(self._end_reason(ending, False))
+                    if not self._leaving:
+                        self._stop_inner_calls(self._end_reason(ending, False))
                     break
                 self._suspending = False
                 self.suspensions += 1
@@ -413,7 +418,7 @@ class ScriptRun:
             with self._write_lock:
                 self._child = None  # an answer that comes now is dropped: nobody waits for it
             self._used += watchdog.used()
-            if not self._suspending:
+            if not self._suspending and not self._leaving:
                 self._stop_inner_calls(self._end_reason(ending, watchdog.fired))
             pipe.let_go()
             child.finished()
@@ -499,6 +504,25 @@ class ScriptRun:
             self._stopped = reason or "its caller stopped it"
             child = self._child
         # the run's end cancels its inner calls and says what became of each (_stop_inner_calls)
+        if child is not None:
+            child.kill()
+        wake = self._wake
+        if wake is not None:
+            wake.set()
+
+    def leave(self) -> None:
+        """Its host closes while the run goes on (`CodeExec.leave_runs`): end the child, as a
+        kill of the host would, and leave the run to the next host: its inner calls are not
+        cancelled (an approval one of them waits on stays pending, neither refused nor asked
+        again), and it ends with `left` (its journal is kept, no record written)."""
+        with self._write_lock:
+            if self._stopped is not None:
+                return
+            self._leaving = True
+            self._stopped = "its host closed"
+            child = self._child
+        if self.journal is not None:
+            self.journal.close(keep=True)  # as a kill leaves it: what a call ends with from now on is not kept
         if child is not None:
             child.kill()
         wake = self._wake
@@ -896,7 +920,11 @@ class ScriptRun:
                           call_lines=self.ledger.lines(), stopped_calls=list(self.stopped_calls),
                           resumed=self.resumed, suspensions=self.suspensions,
                           journal_calls=self._cursor.from_journal if self._cursor is not None else 0)
-        if self._stopped is not None:
+        if self._leaving:
+            outcome.error = ("suspended: run_code's host closed while the script ran; its journal is kept, and the "
+                             "next long-lived host (or nexus runs resume) resumes it")
+            outcome.left = True
+        elif self._stopped is not None:
             outcome.error = f"cancelled: run_code was stopped by its caller ({self._stopped})"
             outcome.cancelled = True
         elif ending.error is not None:
