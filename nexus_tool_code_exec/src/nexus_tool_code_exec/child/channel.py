@@ -28,7 +28,12 @@ class Channel:
         self.rfd, self.wfd = rfd, wfd
         self._encode = encode
         self._wlock = threading.Lock()
-        self._cond = threading.Condition()
+        # taken as a plain lock on every call; waited on only by a thread whose reply another
+        # thread reads (parallel's workers), counted in `_waiting` so that a lone caller's
+        # reply notifies nobody
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0
         self._replies: dict[int, dict[str, Any]] = {}
         self._reading = False
         self._closed: str | None = None
@@ -60,7 +65,7 @@ class Channel:
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         rid = next(self._ids)
         self.send({**msg, "id": rid})
-        with self._cond:
+        with self._lock:
             while True:
                 if rid in self._replies:
                     return self._replies.pop(rid)
@@ -69,19 +74,25 @@ class Channel:
                 if not self._reading:
                     self._reading = True
                     break
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
         try:
             while True:
                 reply = self.read_message()
                 if reply.get("spin"):
                     self._reader.expect()
-                with self._cond:
+                with self._lock:
                     self._replies[reply.get("id", -1)] = reply
-                    self._cond.notify_all()
                     if rid in self._replies:
                         self._reading = False
-                        self._cond.notify_all()  # another waiter takes over reading
+                        if self._waiting:
+                            self._cond.notify_all()  # another waiter takes over reading
                         return self._replies.pop(rid)
+                    if self._waiting:
+                        self._cond.notify_all()  # the reply is another waiter's
         except BaseException as exc:
             with self._cond:
                 self._reading = False

@@ -228,17 +228,27 @@ converter = _make_converter()
 _detailed = _make_detailed_converter()
 #: the pipes to the host, set when a script starts
 _channel: Channel | None = None
+class _PerThread(threading.local):
+    """What each thread of the script's process says of itself: `parallel`, the `parallel` call
+    whose callback it runs (1, 2, ...; parallel.py sets it on its workers), 0 for any other.
+    A class attribute, so that reading it on a thread that never set it finds 0 at once (a
+    `getattr(local, name, default)` that misses raises and catches an AttributeError inside,
+    1 us on every inner call, twice)."""
+
+    parallel: int = 0
+
+
 #: per thread: whether it is one of parallel's workers (parallel.py sets it)
-_local = threading.local()
+_local = _PerThread()
 
 
 def in_parallel() -> bool:
-    return bool(getattr(_local, "parallel", 0))
+    return bool(_local.parallel)
 
 
 def parallel_group() -> int:
     """Which `parallel` call of the script this thread's callbacks belong to (1, 2, ...), or 0."""
-    group = getattr(_local, "parallel", 0)
+    group = _local.parallel
     return group if isinstance(group, int) and not isinstance(group, bool) else 0
 
 

@@ -263,7 +263,12 @@ class ScriptRun:
         self._pauses = 0  # pauses asked for before a watchdog was running (or between two)
         self._tell_spin = False  # the next answer tells the child to poll for the ones after it
         # the host's budget for this run (see MAX_PENDING_CALL_BYTES and the rest)
-        self._budget = threading.Condition()
+        # taken as a plain lock on every call (`_admit`, `_settle`); waited on only by a reader held
+        # back by the in-flight bound and by the run's end, which count themselves in
+        # `_budget_waiters` so that a call's end notifies only when someone waits
+        self._budget_lock = threading.Lock()
+        self._budget = threading.Condition(self._budget_lock)
+        self._budget_waiters = 0
         self._in_flight = 0  # calls received, not yet answered
         self._pending_bytes = 0  # their messages' bytes
         #: id() of each such message -> the call, until it ends (the run's end waits for these)
@@ -357,7 +362,7 @@ class ScriptRun:
             while self._held:
                 if self._stopped is not None:
                     return False
-                self._budget.wait(PAUSED_POLL)
+                self._budget_wait(PAUSED_POLL)
         if self.journal is not None:  # and their ends written (each goes out just after its answer)
             self.journal.settle(JOURNAL_SETTLE)
         return self._stopped is None
@@ -645,10 +650,10 @@ class ScriptRun:
         child, so the child's further messages wait in its pipe. From here to its end the call
         is one the run's end waits for (`_stop_inner_calls`)."""
         inner = _InnerCall(msg, size)
-        with self._budget:
+        with self._budget_lock:
             if parallel:
                 while self._in_flight >= self.max_in_flight and self._serving:
-                    self._budget.wait(_BACKPRESSURE_POLL)
+                    self._budget_wait(_BACKPRESSURE_POLL)
             if not self._serving:  # the run ended while this reader waited: nobody to answer
                 raise ProtocolError("a call after the run was over")
             if self._in_flight and self._pending_bytes + size > MAX_PENDING_CALL_BYTES:
@@ -665,14 +670,23 @@ class ScriptRun:
     def _settle(self, msg: CallMessage) -> None:
         """The call `msg` has ended (its answer about to go out, or it was refused): its place in
         the budget is free. Once per call, whichever way it ends (later calls do nothing)."""
-        with self._budget:
+        with self._budget_lock:
             inner = self._held.pop(id(msg), None)  # the message is alive until then: its id is its own
             if inner is None:
                 return
             inner.done = True
             self._in_flight -= 1
             self._pending_bytes -= inner.size
-            self._budget.notify_all()
+            if self._budget_waiters:
+                self._budget.notify_all()
+
+    def _budget_wait(self, timeout: float) -> None:
+        """Wait on the budget (its lock held) for a call's end or the run's, up to `timeout`."""
+        self._budget_waiters += 1
+        try:
+            self._budget.wait(timeout)
+        finally:
+            self._budget_waiters -= 1
 
     # -- answering tool calls -------------------------------------------------------------------
 
@@ -840,7 +854,7 @@ class ScriptRun:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._budget.wait(left)
+                self._budget_wait(left)
         for inner in running:
             result = inner.result
             if not inner.done:
