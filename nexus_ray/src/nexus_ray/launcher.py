@@ -210,14 +210,14 @@ class PoolActor:
             sock.close()
 
 
-RemotePool = ray.remote(num_cpus=0, max_concurrency=64, max_restarts=0)(PoolActor)
+RemotePool = ray.remote(num_cpus=0, max_restarts=0)(PoolActor)
 
 
 def pool_actor(node_id: str) -> Any:
     """The pool actor of `node_id`, started there if there is none (detached: it serves every
     session of the cluster)."""
-    return RemotePool.options(  # type: ignore[attr-defined]
-        name=f"nexus-pool-{node_id}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+    return RemotePool.options(
+        max_concurrency=64, name=f"nexus-pool-{node_id}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
 
 
@@ -235,7 +235,7 @@ class RemoteChild(Child):
     """A child in a node's pool: its pipes are the two relayed connections; kill, wait and
     finished go to the node's actor. Its pid is a pid of that node, never signalled here."""
 
-    local = False  # type: ignore[misc]  # no sched_setaffinity, no killpg on its pid
+    local = False  # no sched_setaffinity, no killpg on its pid
     actor: Any = attrs.field(default=None, repr=False)
     cid: str = ""
     node_id: str = ""
