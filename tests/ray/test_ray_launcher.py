@@ -178,3 +178,16 @@ def test_a_session_gone_makes_the_pool_end_its_child(cluster: Cluster) -> None:
     while child.pid in ray.get(child.actor.children.remote(), timeout=30):
         assert time.monotonic() < deadline, "the pool kept the child of a session gone"
         time.sleep(0.1)
+
+
+def test_a_script_past_its_timeout_is_killed_through_the_pool(cluster: Cluster, nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory, timeout_seconds=2)
+    result = nx.invoke("run_code", {"script": "def run(ctx):\n    while True:\n        pass\n"})
+    assert result.error is not None and "timed out" in result.error, result.output
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, remote.RemoteLauncher)
+    deadline = time.monotonic() + 60
+    actors = [ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE) for node in launcher.nodes()]
+    while any(ray.get(actor.children.remote(), timeout=30) for actor in actors):
+        assert time.monotonic() < deadline, "the pool still holds the timed-out child"
+        time.sleep(0.1)
