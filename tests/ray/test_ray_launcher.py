@@ -107,11 +107,6 @@ def test_each_node_reports_its_layers_and_a_missing_required_layer_refuses(clust
         demanding.launch()
 
 
-def _listener_and_launch(launcher: remote.RemoteLauncher) -> tuple[socket.socket, str]:
-    token = "a" * (2 * remote.TOKEN_BYTES)
-    return socket.create_server(("127.0.0.1", 0)), token
-
-
 def test_a_wrong_token_and_a_replayed_one_are_refused(cluster: Cluster) -> None:
     launcher = remote.RemoteLauncher(preimport=["os"])
     launcher.start()
@@ -120,23 +115,24 @@ def test_a_wrong_token_and_a_replayed_one_are_refused(cluster: Cluster) -> None:
     port = listener.getsockname()[1]
     good, other = "1" * 64, "2" * 64
     done = ray.put(None)
-    for token in (other, "x"):
+    for token in (other, "x"):  # `other`: as another child's token replayed here
         with socket.create_connection(("127.0.0.1", port), timeout=30) as bad:
             bad.sendall(remote._hello(token, b"out") if len(token) == 64 else b"x\n")
             bad.shutdown(socket.SHUT_WR)
             socks = remote.RemoteLauncher._accept(listener, good, time.monotonic() + 3, done)
             assert socks == {}
             assert bad.recv(1) == b""  # closed by the session
-    # a real child's token replayed against another child's listener: refused too
-    child = launcher.launch()
-    try:
-        assert isinstance(child, remote.RemoteChild)
-        second = launcher.launch()
-        assert isinstance(second, remote.RemoteChild)
-        second.kill(); second.finished(); second.close()
-    finally:
-        child.kill(); child.finished(); child.close()
     listener.close()
+    # two real children each get their own listener and token (a token is good for one child only)
+    first, second = launcher.launch(), launcher.launch()
+    try:
+        assert isinstance(first, remote.RemoteChild) and isinstance(second, remote.RemoteChild)
+        assert first.cid != second.cid or first.node_id != second.node_id
+    finally:
+        for child in (first, second):
+            child.kill()
+            child.finished()
+            child.close()
 
 
 def test_a_killed_pool_ends_its_run_with_a_clear_error(cluster: Cluster, nexus_factory: NexusFactory) -> None:
