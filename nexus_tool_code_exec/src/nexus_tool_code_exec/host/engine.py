@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import importlib
 import json
 import logging
 import os
@@ -843,6 +844,8 @@ class CodeExec:
         policy = self.policy()
         if mode == "spawn":
             return SpawnLauncher(policy), "fresh interpreter per script (launcher: spawn in config)"
+        if mode == "ray":
+            return self._ray_launcher()
         if self.config.pool == "machine":
             machine = MachineLauncher(policy, DEFAULT_ALLOWED_PACKAGES, idle=self.config.pool_idle_seconds)
             try:
@@ -867,6 +870,18 @@ class CodeExec:
                 raise
             return SpawnLauncher(policy), f"fresh interpreter per script: the zygote could not start ({exc})"
         return zygote, note
+
+    def _ray_launcher(self) -> tuple[Launcher, str]:
+        """launcher: ray: the nexus-rt-ray package's RemoteLauncher (imported here only: the
+        package is optional, and code_exec does not depend on Ray)."""
+        try:
+            remote = importlib.import_module("nexus_ray.launcher")
+        except ImportError as exc:
+            raise RuntimeError(f"launcher: ray needs the nexus-rt-ray package ({exc})") from None
+        launcher: Launcher = remote.RemoteLauncher(address=self.config.ray_address, require=self.config.require,
+                                                   preimport=DEFAULT_ALLOWED_PACKAGES)
+        launcher.start()
+        return launcher, f"the pools of the Ray cluster's nodes fork each script (launcher: ray, {self.config.ray_address})"
 
     def layer_statuses(self) -> dict[str, sandbox.LayerStatus]:
         """Each sandbox layer, probed once per process: active, or unavailable and why."""
@@ -922,6 +937,12 @@ class CodeExec:
         pid = launcher.pid  # the zygote's, as of now: it is replaced if it dies
         lines.append(f"launcher: {self.launcher_note}" + (f" (pid {pid})" if pid else ""))
         lines += sandbox.doctor_lines(self.layer_statuses())
+        node_lines = getattr(launcher, "doctor_lines", None)  # launcher: ray: each node's layers
+        if callable(node_lines):
+            try:
+                lines += node_lines()
+            except Exception as exc:  # noqa: BLE001 - the report goes on
+                lines.append(f"error: the Ray nodes did not report: {exc}")
         lines += self.budget_lines()
         lines += self.bindings_lines()
         for missing in self.missing_required():

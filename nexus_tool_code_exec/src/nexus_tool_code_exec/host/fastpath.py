@@ -210,7 +210,7 @@ class Seat:
         """The run's first tool call, on the thread that will answer the calls: placed, if the
         run is (still) the only one. False where it is not."""
         with self._lock:  # not while the run is being released on its own thread
-            if self._placement is None and not self._released:
+            if self._placement is None and not self._released and self.child.local:
                 self._placement = placements.place(self.child.pid)
             return self._placement is not None
 

@@ -12,6 +12,7 @@ and `cpu_seconds` defaults to the wall-clock limit and a second (`cpu_limit`, wo
 from __future__ import annotations
 
 import os
+import re
 from typing import Literal
 
 import attrs
@@ -24,6 +25,10 @@ from ..sandbox.policy import LAYERS
 #: messages and bytes a script's process may send the host in one run, by default
 DEFAULT_MAX_CHILD_MESSAGES = 250_000
 DEFAULT_MAX_CHILD_BYTES = 256 * 1024 * 1024
+
+
+#: a Ray cluster's address: host:port or ray://host:port
+_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-]+:[0-9]{1,5}")
 
 
 def _cpu_count() -> int:
@@ -65,8 +70,11 @@ class CodeExecSettings:
     cpu_seconds: int | None = setting(None, minimum=1, description="CPU-time limit (default: timeout_seconds)")
     require: tuple[str, ...] = setting((), items={"enum": list(LAYERS)},
                                        description="sandbox layers without which run_code refuses to run")
-    launcher: Literal["auto", "zygote", "spawn"] = setting(
-        "auto", description="fork children from a warm zygote, or spawn fresh interpreters")
+    launcher: Literal["auto", "zygote", "spawn", "ray"] = setting(
+        "auto", description="fork children from a warm zygote, or spawn fresh interpreters, or run them in the "
+                            "pools of a Ray cluster's nodes (ray: needs the nexus-rt-ray package; see ray_address)")
+    ray_address: str = setting("auto", description="launcher: ray: the cluster to join: auto (the running one), "
+                                                   "host:port or ray://host:port")
     pool: Literal["process", "machine", "nexus"] = setting(
         "process", description="whose warm zygote forks the children: one shared by every Nexus of the process "
                                "(each run's bindings and limits go with its start), the pool server of this machine "
@@ -83,6 +91,8 @@ class CodeExecSettings:
                                                               "from the journal once the call is answered (null: never)")
 
     def __attrs_post_init__(self) -> None:
+        if self.ray_address != "auto" and not _RAY_ADDRESS.fullmatch(self.ray_address):
+            raise SettingError(("ray_address",), f"{self.ray_address!r} is not auto, host:port or ray://host:port")
         # the schema lists the layers; a class built by hand (tests, embedding code) is checked too
         for i, name in enumerate(self.require):
             if name not in LAYERS:

@@ -11,6 +11,7 @@ import abc
 import os
 import signal
 from collections.abc import Callable
+from typing import ClassVar
 
 import attrs
 
@@ -29,6 +30,9 @@ class Child:
     As it stands, a process the host started itself (`waiter` waits for it); a launcher whose
     children another process makes (the zygote's) subclasses it."""
 
+    #: a process of this machine (its pid may be signalled and placed here); a child in another
+    #: machine's pool (nexus_ray's RemoteChild) is not
+    local: ClassVar[bool] = True
     pid: int
     rfd: int  # the host reads the child's messages here
     wfd: int  # the host writes to the child here

@@ -1,0 +1,189 @@
+"""Issue 27: run_code's scripts in the pools of a real Ray cluster (`ray.cluster_utils.Cluster`: a
+head and 2 worker nodes, one module-scoped fixture), launcher: ray. Inner calls are answered by
+the session's own Nexus through the relay (its gate runs in this process, a veto too); no script
+runs on the head; a wrong token, or a token replayed to another child's listener, is refused; a
+killed pool actor ends its run with a clear error; a session gone makes the pool end its child.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from nexus_core import Nexus, ToolCall, ToolDef, Veto, hookimpl  # noqa: E402
+from nexus_core.testing import NexusFactory  # noqa: E402
+from nexus_ray import launcher as remote  # noqa: E402
+from nexus_tool_code_exec import engine_for  # noqa: E402
+
+pytestmark = [pytest.mark.ray,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")]
+
+CE = "nexus.tool.code_exec"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [c.add_node(num_cpus=1) for _ in range(2)]
+    c.wait_for_nodes(timeout=120)
+    ray.init(address=c.address, namespace=remote.NAMESPACE, log_to_driver=False)
+    try:
+        yield c
+    finally:
+        for node in remote.worker_nodes(include_head=True):
+            try:
+                ray.kill(ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE))
+            except ValueError:
+                pass
+        ray.shutdown()
+        del workers
+        c.shutdown()
+
+
+class Where:
+    """A gate that records the process it ran in, and vetoes `forbidden`."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.lock = threading.Lock()
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        with self.lock:
+            self.pids.append(os.getpid())
+        if call.name == "forbidden":
+            return Veto("not here")
+        return None
+
+
+def make(nexus_factory: NexusFactory, *plugins: Any, **settings: Any) -> Nexus:
+    echo = ToolDef(name="echo", handler=lambda a: a["text"],
+                   input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    forbidden = ToolDef(name="forbidden", handler=lambda a: "ran", input_schema={"type": "object", "properties": {}})
+    return nexus_factory(plugins=[CE, *plugins], tools=[echo, forbidden], config={"plugins": {CE: {
+        "launcher": "ray", "timeout_seconds": 60, "allowed_packages": ["os", "time"], **settings}}})
+
+
+def test_an_inner_call_is_answered_by_the_sessions_gate_across_nodes(cluster: Cluster,
+                                                                     nexus_factory: NexusFactory) -> None:
+    where = Where()
+    nx = make(nexus_factory, where)
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, remote.RemoteLauncher), engine_for(nx).launcher_note
+    head = [n["NodeID"] for n in ray.nodes() if remote.HEAD_RESOURCE in n["Resources"]]
+    assert len(launcher.nodes()) == 2 and not set(launcher.nodes()) & set(head)  # no script on the head
+    script = "import tools, os\n\ndef run(ctx):\n    return [tools.echo(text='hi'), os.getpid()]\n"
+    results = [nx.invoke("run_code", {"script": script}) for _ in range(2)]
+    for result in results:
+        assert result.error is None, result.output
+        assert result.output_structured["result"][0] in ("hi", {"output": "hi"})
+    assert where.pids.count(os.getpid()) == len(where.pids) >= 4  # run_code and echo, twice: here
+    vetoed = nx.invoke("run_code", {"script": "import tools\n\ndef run(ctx):\n    return tools.forbidden()\n"})
+    assert vetoed.error is not None and "not here" in (vetoed.error + vetoed.output)
+
+
+def test_each_node_reports_its_layers_and_a_missing_required_layer_refuses(cluster: Cluster,
+                                                                           nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory)
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, remote.RemoteLauncher)
+    reports = launcher.doctor()
+    assert len(reports) == 2 and all(r["layers"] for r in reports)
+    lines = engine_for(nx).doctor_lines()
+    assert sum(line.startswith("ray node ") for line in lines) == 2, lines
+    demanding = remote.RemoteLauncher(require=["no-such-layer"], preimport=["os"])
+    demanding.start()
+    with pytest.raises(remote.RemoteLaunchError, match="lacks required layers: no-such-layer"):
+        demanding.launch()
+
+
+def test_a_wrong_token_and_a_replayed_one_are_refused(cluster: Cluster) -> None:
+    launcher = remote.RemoteLauncher(preimport=["os"])
+    launcher.start()
+    # a listener expecting token A: connections with another token, or a token of another child, are closed
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    good, other = "1" * 64, "2" * 64
+    done = ray.put(None)
+    for token in (other, "x"):  # `other`: as another child's token replayed here
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as bad:
+            bad.sendall(remote._hello(token, b"out") if len(token) == 64 else b"x\n")
+            bad.shutdown(socket.SHUT_WR)
+            socks = remote.RemoteLauncher._accept(listener, good, time.monotonic() + 3, done)
+            assert socks == {}
+            assert bad.recv(1) == b""  # closed by the session
+    listener.close()
+    # two real children each get their own listener and token (a token is good for one child only)
+    first, second = launcher.launch(), launcher.launch()
+    try:
+        assert isinstance(first, remote.RemoteChild) and isinstance(second, remote.RemoteChild)
+        assert first.cid != second.cid or first.node_id != second.node_id
+    finally:
+        for child in (first, second):
+            child.kill()
+            child.finished()
+            child.close()
+
+
+def test_a_killed_pool_ends_its_run_with_a_clear_error(cluster: Cluster, nexus_factory: NexusFactory) -> None:
+    started = threading.Event()
+
+    def hold(args: dict[str, Any]) -> str:
+        started.set()
+        time.sleep(3)
+        return "held"
+
+    nx = make(nexus_factory)
+    nx.add_tool(ToolDef(name="hold", handler=hold, input_schema={"type": "object", "properties": {}}))
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, remote.RemoteLauncher)
+    box: list[Any] = []
+    runner = threading.Thread(target=lambda: box.append(nx.invoke("run_code", {
+        "script": "import tools, time\n\ndef run(ctx):\n    tools.hold()\n    time.sleep(30)\n    return 'survived'\n"})))
+    runner.start()
+    assert started.wait(120)
+    for node in launcher.nodes():
+        ray.kill(ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE))
+    runner.join(120)
+    assert not runner.is_alive()
+    result = box[0]
+    assert result.error is not None and "survived" not in result.output
+    # the next run gets a new pool actor
+    again = nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"})
+    assert again.error is None, again.output
+
+
+def test_a_session_gone_makes_the_pool_end_its_child(cluster: Cluster) -> None:
+    launcher = remote.RemoteLauncher(preimport=["os"])
+    launcher.start()
+    child = launcher.launch()
+    assert isinstance(child, remote.RemoteChild)
+    assert child.pid in ray.get(child.actor.children.remote(), timeout=30)
+    os.close(child.rfd); os.close(child.wfd)  # the session's ends go, as when its process dies
+    deadline = time.monotonic() + 60
+    while child.pid in ray.get(child.actor.children.remote(), timeout=30):
+        assert time.monotonic() < deadline, "the pool kept the child of a session gone"
+        time.sleep(0.1)
+
+
+def test_a_script_past_its_timeout_is_killed_through_the_pool(cluster: Cluster, nexus_factory: NexusFactory) -> None:
+    nx = make(nexus_factory, timeout_seconds=2)
+    result = nx.invoke("run_code", {"script": "def run(ctx):\n    while True:\n        pass\n"})
+    assert result.error is not None and "timed out" in result.error, result.output
+    launcher = engine_for(nx).launcher()
+    assert isinstance(launcher, remote.RemoteLauncher)
+    deadline = time.monotonic() + 60
+    actors = [ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE) for node in launcher.nodes()]
+    while any(ray.get(actor.children.remote(), timeout=30) for actor in actors):
+        assert time.monotonic() < deadline, "the pool still holds the timed-out child"
+        time.sleep(0.1)
