@@ -40,6 +40,7 @@ PACKAGES = {
     "nexus-rt-provider-anthropic": REPO / "nexus_provider_anthropic",
     "nexus-rt-provider-gemini": REPO / "nexus_provider_gemini",
     "nexus-rt-durable": REPO / "nexus_durable",
+    "nexus-rt-ray": REPO / "nexus_ray",
 }
 
 
