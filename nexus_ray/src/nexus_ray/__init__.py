@@ -3,7 +3,7 @@
     plugins:
       nexus.tool.code_exec:
         launcher: ray
-        ray_address: auto      # or host:port, ray://host:port of a running cluster
+        address: auto      # or host:port, ray://host:port of a running cluster
 
 `launcher.RemoteLauncher` is the code_exec engine's launcher then (`Launcher` stays the only seam):
 a `PoolActor` per node (num_cpus=0) runs the machine pool server there and forks each script; the
