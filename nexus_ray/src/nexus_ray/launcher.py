@@ -127,7 +127,7 @@ class PoolActor:
                 policy: protocol.ChildPolicy = {"layers": layers, "limits": {"memory_mb": 0, "cpu_seconds": 0},
                                                 "read_paths": list(sandbox.runtime_read_paths())}
                 launcher = self._launchers[key] = MachineLauncher(policy, preimport, python=sys.executable,
-                                                                  folder=self.folder)
+                                                                  folder=self.folder, watch_pid=os.getpid())
         child = launcher.launch()
         assert isinstance(child, MachineChild)
         try:

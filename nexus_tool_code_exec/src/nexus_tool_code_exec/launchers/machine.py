@@ -119,9 +119,12 @@ class _Lines:
 class PoolServer:
     """The machine's pool: the socket, the zygotes (a `ZygotePool`), and a thread per connection."""
 
-    def __init__(self, folder: str, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+    def __init__(self, folder: str, idle: float = DEFAULT_IDLE_SECONDS, watch_pid: int | None = None) -> None:
         self.folder = folder
         self.idle = idle
+        # the process whose end stops this server too (a Ray node's pool actor): a pidfd, which
+        # select sees readable once that process has exited (no pid reuse to fear)
+        self.watch = os.pidfd_open(watch_pid) if watch_pid is not None else None
         self.path = os.path.join(folder, SOCKET_NAME)
         self.pool = ZygotePool()
         self._launchers: dict[str, PooledLauncher] = {}
@@ -140,7 +143,10 @@ class PoolServer:
         """Accept until no one has been connected for `idle` seconds; then stop every zygote."""
         try:
             while True:
-                ready, _, _ = select.select([self.sock], [], [], min(1.0, self.idle))
+                watched = [self.watch] if self.watch is not None else []
+                ready, _, _ = select.select([self.sock, *watched], [], [], min(1.0, self.idle))
+                if self.watch is not None and self.watch in ready:
+                    break  # the watched process ended: so does its pool
                 if ready:
                     conn, _ = self.sock.accept()
                     with self._lock:
@@ -156,6 +162,8 @@ class PoolServer:
             except OSError:
                 pass
             self.sock.close()
+            if self.watch is not None:
+                os.close(self.watch)
             self.pool.close()
 
     def _serve_one(self, conn: socket.socket) -> None:
@@ -236,10 +244,12 @@ def serve_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=float, default=DEFAULT_IDLE_SECONDS,
                         help="stop once no process has been connected for this many seconds")
     parser.add_argument("--foreground", action="store_true", help="do not detach")
+    parser.add_argument("--watch-pid", type=int, default=None,
+                        help="stop (as idleness does) once the process with this pid has ended")
     args = parser.parse_args(argv)
     folder = args.folder or pool_folder()
     try:
-        server = PoolServer(folder, args.idle)
+        server = PoolServer(folder, args.idle, args.watch_pid)
     except OSError as exc:
         print(f"nexus pool server: cannot listen in {folder}: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -323,8 +333,9 @@ class MachineLauncher(Launcher):
     """Children from the machine's pool server, started on first use if none is running."""
 
     def __init__(self, policy: protocol.ChildPolicy, preimport: Iterable[str], python: str | None = None,
-                 idle: float = DEFAULT_IDLE_SECONDS, folder: str | None = None) -> None:
+                 idle: float = DEFAULT_IDLE_SECONDS, folder: str | None = None, watch_pid: int | None = None) -> None:
         self.python = python or sys.executable
+        self.watch_pid = watch_pid  # a server this launcher starts stops once that process has ended
         self.hello = {"t": "launch", "layers": sorted(policy["layers"]), "read_paths": list(policy["read_paths"]),
                       "preimport": sorted(set(preimport)), "python": self.python}
         self.idle = idle
@@ -385,8 +396,10 @@ class MachineLauncher(Launcher):
                 os.unlink(path)  # a dead server's
             except FileNotFoundError:
                 pass
+            watch = ["--watch-pid", str(self.watch_pid)] if self.watch_pid is not None else []
             started = subprocess.run(
-                [self.python, "-I", "-m", "nexus_tool_code_exec.poolserver", "--folder", folder, "--idle", str(self.idle)],
+                [self.python, "-I", "-m", "nexus_tool_code_exec.poolserver", "--folder", folder, "--idle", str(self.idle),
+                 *watch],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV,
                 start_new_session=True, close_fds=True, timeout=START_WAIT, check=False)
             if started.returncode != 0:
