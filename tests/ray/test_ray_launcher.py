@@ -7,7 +7,9 @@ killed pool actor ends its run with a clear error; a session gone makes the pool
 
 from __future__ import annotations
 
+import glob
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -153,14 +155,88 @@ def test_a_killed_pool_ends_its_run_with_a_clear_error(cluster: Cluster, nexus_f
     runner.start()
     assert started.wait(120)
     for node in launcher.nodes():
-        ray.kill(ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE))
+        try:
+            ray.kill(ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE))
+        except ValueError:  # no actor there yet
+            pass
     runner.join(120)
     assert not runner.is_alive()
     result = box[0]
     assert result.error is not None and "survived" not in result.output
+    # it had made a call: not run again, and the error names the node whose pool it died with
+    assert "died with the pool of Ray node " in result.error, result.error
+    assert any(f"Ray node {node[:12]} " in result.error for node in launcher.nodes()), result.error
     # the next run gets a new pool actor
     again = nx.invoke("run_code", {"script": "def run(ctx):\n    return 2\n"})
     assert again.error is None, again.output
+
+
+def _started(token: str, seen: set[str], timeout: float = 120.0) -> tuple[str, int]:
+    """The scratch folder and pid of the next attempt of a script that wrote `started` (its token
+    and pid) there; `seen`: the folders found before."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in glob.glob("/tmp/nexus-run-*/run-*/started"):
+            folder = os.path.dirname(path)
+            try:
+                text = open(path).read().split()
+            except OSError:
+                continue
+            if folder not in seen and len(text) == 2 and text[0] == token:
+                seen.add(folder)
+                return folder, int(text[1])
+        time.sleep(0.05)
+    raise AssertionError("no attempt of the script started")
+
+
+def _kill_holder(pid: int) -> str:
+    """Kill the pool actor that holds the child `pid`; its node."""
+    for node in remote.worker_nodes():
+        try:
+            actor = ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE)
+        except ValueError:
+            continue
+        if pid in ray.get(actor.children.remote(), timeout=30):
+            ray.kill(actor)
+            return node
+    raise AssertionError(f"no pool actor holds {pid}")
+
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_run_whose_pool_died_before_any_call_runs_again_once_on_a_new_pool(cluster: Cluster,
+                                                                            nexus_factory: NexusFactory,
+                                                                            kills: int) -> None:
+    where = Where()
+    nx = make(nexus_factory, where)
+    token = secrets.token_hex(8)
+    script = ("import os, time, tools\n\ndef run(ctx):\n"
+              f"    open('started', 'w').write('{token} ' + str(os.getpid()))\n"
+              "    deadline = time.monotonic() + 150\n"
+              "    while not os.path.exists('go') and time.monotonic() < deadline:\n"
+              "        time.sleep(0.05)\n"
+              "    return [tools.echo(text='after'), os.getpid()]\n")
+    box: list[Any] = []
+    runner = threading.Thread(target=lambda: box.append(nx.invoke("run_code", {"script": script})))
+    runner.start()
+    seen: set[str] = set()
+    _folder, first_pid = _started(token, seen)
+    _kill_holder(first_pid)  # the script waits for 'go': it has made no call
+    folder, second_pid = _started(token, seen)  # run again, from the start, by a new pool's child
+    if kills == 2:
+        node = _kill_holder(second_pid)  # lost again: not tried a third time
+    else:
+        open(os.path.join(folder, "go"), "w").close()
+    runner.join(150)
+    assert not runner.is_alive()
+    result = box[0]
+    if kills == 2:
+        assert result.error is not None and f"died with the pool of Ray node {node[:12]} " in result.error, result.error
+        assert where.pids == [os.getpid()]  # run_code's gate only: no inner call
+        return
+    assert result.error is None, (result.error, result.output)
+    echoed, pid = result.output_structured["result"]
+    assert echoed in ("after", {"output": "after"}) and pid == second_pid != first_pid
+    assert where.pids.count(os.getpid()) == len(where.pids) == 2  # run_code and the one echo: here, once
 
 
 def test_a_session_gone_makes_the_pool_end_its_child(cluster: Cluster) -> None:

@@ -271,6 +271,9 @@ class RemoteChild(Child):
     def died_with_its_maker(self) -> bool:
         return self.maker_gone
 
+    def maker_text(self) -> str:
+        return f"the pool of Ray node {self.node_id[:12]} (its pool actor ended, or the node went away)"
+
 
 class RemoteLauncher(Launcher):
     """Children in the pools of a Ray cluster's nodes, taken in turn (not the head's unless
