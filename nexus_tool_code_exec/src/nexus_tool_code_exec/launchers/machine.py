@@ -196,6 +196,9 @@ class PoolServer:
         except (ZygoteError, OSError, KeyError, TypeError, ValueError) as exc:
             protocol.send_with_fds(conn, {"t": "error", "message": f"no child: {exc}"})
             return
+        except Exception as exc:  # said, not a connection closed without a word ("no answer")
+            protocol.send_with_fds(conn, {"t": "error", "message": f"no child: {type(exc).__name__}: {exc}"})
+            raise
         assert isinstance(child, ZygoteChild)
         maker = child.zygote.pid if child.zygote is not None else None
         try:
@@ -359,11 +362,25 @@ class MachineLauncher(Launcher):
         self.pid = int(reply["pid"])
 
     def launch(self) -> Child:
-        conn = self._connect()
+        for attempt in (1, 2):
+            conn = self._connect()
+            began = time.monotonic()
+            try:
+                protocol.send_with_fds(conn, self.hello)
+                lines = _Lines(conn)
+                reply = lines.next(START_WAIT)
+            except OSError:
+                conn.close()
+                if attempt == 2:
+                    raise
+                continue
+            if reply is None and not lines.passed and time.monotonic() - began < START_WAIT / 2 and attempt == 1:
+                # closed without a word: the server stopped (idle) just as this connected; the
+                # next connection finds the socket gone and starts a new one
+                conn.close()
+                continue
+            break
         try:
-            protocol.send_with_fds(conn, self.hello)
-            lines = _Lines(conn)
-            reply = lines.next(START_WAIT)
             fds = lines.passed.pop(0) if lines.passed else []
             if reply is None or reply.get("t") != "child" or len(fds) != 2:
                 for fd in fds:
