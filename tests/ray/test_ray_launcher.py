@@ -263,3 +263,141 @@ def test_a_script_past_its_timeout_is_killed_through_the_pool(cluster: Cluster, 
     while any(ray.get(actor.children.remote(), timeout=30) for actor in actors):
         assert time.monotonic() < deadline, "the pool still holds the timed-out child"
         time.sleep(0.1)
+
+
+# -- attacks (each must fail) ---------------------------------------------------------------------
+
+
+class Recorder:
+    """Records each launch's listener address and token as the session makes them (the real
+    functions run; the test only keeps what they return)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tokens: list[str] = []
+        self.listeners: list[tuple[str, int]] = []
+        real_token, real_server = remote.secrets.token_hex, remote.socket.create_server
+
+        def token_hex(n: int) -> str:
+            token = real_token(n)
+            self.tokens.append(token)
+            return token
+
+        def create_server(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+            server = real_server(address, *args, **kwargs)
+            self.listeners.append(server.getsockname()[:2])
+            return server
+
+        monkeypatch.setattr(remote.secrets, "token_hex", token_hex)
+        monkeypatch.setattr(remote.socket, "create_server", create_server)
+
+
+def _end(child: Any) -> None:
+    child.kill()
+    child.finished()
+    child.close()
+
+
+def test_attack_a_real_childs_token_replayed_to_another_childs_listener_is_refused(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = Recorder(monkeypatch)
+    launcher = remote.RemoteLauncher(preimport=["os"])
+    launcher.start()
+    first = launcher.launch()  # a real child: its token is the one captured
+    captured = recorder.tokens[-1]
+    try:
+        node = launcher.nodes()[0]
+        actor = launcher._actor(node)
+        listener = socket.create_server((launcher._bind_host, 0))
+        host, port = listener.getsockname()[:2]
+        # the replays connect first, both directions, then the actor is asked for the real child
+        replays = [socket.create_connection((host, port), timeout=60) for _ in remote.DIRECTIONS]
+        for sock, direction in zip(replays, remote.DIRECTIONS):
+            sock.sendall(remote._hello(captured, direction))
+        token = secrets.token_hex(remote.TOKEN_BYTES)
+        ref = actor.launch.remote(host, port, token, [], ["os"])
+        socks = remote.RemoteLauncher._accept(listener, token, time.monotonic() + remote.LAUNCH_TIMEOUT, ref)
+        listener.close()
+        assert set(socks) == set(remote.DIRECTIONS)  # the actor's two, not the replays
+        for sock in replays:
+            assert sock.recv(1) == b""  # closed by the session, nothing said
+            sock.close()
+        reply = ray.get(ref, timeout=60)
+        second = remote.RemoteChild(int(reply["pid"]), socks[b"out"].detach(), socks[b"in "].detach(), actor=actor,
+                                    cid=str(reply["id"]), node_id=node)
+        _end(second)
+    finally:
+        _end(first)
+
+
+def test_attack_a_script_that_knows_its_own_token_and_port_gets_nothing_but_its_own_calls(
+        cluster: Cluster, nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = Recorder(monkeypatch)
+    where = Where()
+    nx = make(nexus_factory, where, allowed_packages=["os", "time", "socket", "json"])
+    # the strongest script: told its own launch's listener and token (it could read no more from
+    # its environment or /proc: it is checked that the token is not there either)
+    nx.add_tool(ToolDef(name="leak", handler=lambda a: {"host": recorder.listeners[-1][0], "port": recorder.listeners[-1][1],
+                                                       "token": recorder.tokens[-1]},
+                        input_schema={"type": "object", "properties": {}}))
+    script = '''import os, json, tools
+
+def run(ctx):
+    leaked = tools.leak()
+    secret = leaked if isinstance(leaked, dict) else json.loads(leaked.output)
+    found = []
+    for path in ("/proc/self/environ", "/proc/self/cmdline", "/proc/%d/environ" % os.getppid(),
+                 "/proc/%d/cmdline" % os.getppid()):
+        try:
+            with open(path, "rb") as f:
+                found.append(secret["token"].encode() in f.read())
+        except Exception:
+            found.append(False)
+    tried = []
+    for direction in ("out", "in "):
+        try:
+            import socket
+            s = socket.create_connection((secret["host"], secret["port"]), timeout=5)
+            s.sendall((secret["token"] + " " + direction + "\\n").encode())
+            s.sendall(b'{"t": "call", "id": 99, "name": "forbidden", "args": {}}\\n')
+            tried.append("connected: " + repr(s.recv(100)))
+        except Exception as exc:
+            tried.append(repr(exc))
+    return {"found": found, "tried": tried, "token": secret["token"]}
+'''
+    result = nx.invoke("run_code", {"script": script})
+    assert result.error is None, (result.error, result.output)
+    out = result.output_structured["result"]
+    assert out["token"] == recorder.tokens[-1] and len(out["found"]) == 4, out
+    assert not any(out["found"]), out  # the token is in neither its environment nor its parent's
+    for attempt in out["tried"]:  # the listener is closed once its two connections came (or no socket at all)
+        assert not attempt.startswith("connected") or attempt == "connected: b''", out
+    assert where.pids == [os.getpid()] * 2  # run_code and its own leak: the forbidden call reached no gate
+
+
+def test_attack_garbage_and_silent_connections_are_closed_and_hold_up_no_launch(cluster: Cluster) -> None:
+    launcher = remote.RemoteLauncher(preimport=["os"])
+    launcher.start()
+    node = launcher.nodes()[0]
+    actor = launcher._actor(node)
+    listener = socket.create_server((launcher._bind_host, 0))
+    host, port = listener.getsockname()[:2]
+    silent = [socket.create_connection((host, port), timeout=60) for _ in range(20)]
+    garbage = [socket.create_connection((host, port), timeout=60) for _ in range(5)]
+    for i, sock in enumerate(garbage):
+        sock.sendall(os.urandom(200) if i % 2 else b"\x00" * remote.HELLO_SIZE)
+    token = secrets.token_hex(remote.TOKEN_BYTES)
+    ref = actor.launch.remote(host, port, token, [], ["os"])
+    # 20 silent connections at HELLO_WAIT each, one after another, would take 100 s: past the
+    # launch's deadline. Read side by side, they hold up nothing
+    socks = remote.RemoteLauncher._accept(listener, token, time.monotonic() + remote.LAUNCH_TIMEOUT, ref)
+    listener.close()
+    assert set(socks) == set(remote.DIRECTIONS)
+    for sock in garbage + silent:  # every one closed by the session (the silent within HELLO_WAIT)
+        try:
+            assert sock.recv(1) == b""
+        except ConnectionResetError:
+            pass
+        sock.close()
+    reply = ray.get(ref, timeout=60)
+    _end(remote.RemoteChild(int(reply["pid"]), socks[b"out"].detach(), socks[b"in "].detach(), actor=actor,
+                            cid=str(reply["id"]), node_id=node))
