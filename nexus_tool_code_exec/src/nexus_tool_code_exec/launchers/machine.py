@@ -144,7 +144,7 @@ class PoolServer:
         try:
             while True:
                 watched = [self.watch] if self.watch is not None else []
-                ready, _, _ = select.select([self.sock, *watched], [], [], min(1.0, self.idle))
+                ready, _, _ = select.select([self.sock.fileno(), *watched], [], [], min(1.0, self.idle))
                 if self.watch is not None and self.watch in ready:
                     break  # the watched process ended: so does its pool
                 if ready:
