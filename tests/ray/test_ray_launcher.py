@@ -189,13 +189,20 @@ def _started(token: str, seen: set[str], timeout: float = 120.0) -> tuple[str, i
     raise AssertionError("no attempt of the script started")
 
 
-def _kill_holder(pid: int) -> str:
-    """Kill the pool actor that holds the child `pid`; its node."""
-    for node in remote.worker_nodes():
+def _pool_actors() -> dict[str, Any]:
+    """The pool actors alive now, by node (an earlier test may have killed some)."""
+    actors = {}
+    for node in remote.worker_nodes(include_head=True):
         try:
-            actor = ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE)
+            actors[node] = ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE)
         except ValueError:
             continue
+    return actors
+
+
+def _kill_holder(pid: int) -> str:
+    """Kill the pool actor that holds the child `pid`; its node."""
+    for node, actor in _pool_actors().items():
         if pid in ray.get(actor.children.remote(), timeout=30):
             ray.kill(actor)
             return node
@@ -259,7 +266,7 @@ def test_a_script_past_its_timeout_is_killed_through_the_pool(cluster: Cluster, 
     launcher = engine_for(nx).launcher()
     assert isinstance(launcher, remote.RemoteLauncher)
     deadline = time.monotonic() + 60
-    actors = [ray.get_actor(f"nexus-pool-{node}", namespace=remote.NAMESPACE) for node in launcher.nodes()]
+    actors = list(_pool_actors().values())
     while any(ray.get(actor.children.remote(), timeout=30) for actor in actors):
         assert time.monotonic() < deadline, "the pool still holds the timed-out child"
         time.sleep(0.1)
@@ -401,3 +408,71 @@ def test_attack_garbage_and_silent_connections_are_closed_and_hold_up_no_launch(
     reply = ray.get(ref, timeout=60)
     _end(remote.RemoteChild(int(reply["pid"]), socks[b"out"].detach(), socks[b"in "].detach(), actor=actor,
                             cid=str(reply["id"]), node_id=node))
+
+
+# -- the session actor ----------------------------------------------------------------------------
+
+
+class GateLog:
+    """A gate that writes each call's name and the pid it ran in to a file (it runs in the session
+    actor's process: the test reads the file), and vetoes `forbidden`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @hookimpl
+    def nexus_before_tool_invoke(self, call: ToolCall, tool: ToolDef) -> Veto | None:
+        with open(self.path, "a") as f:
+            f.write(f"{call.name} {os.getpid()}\n")
+        return Veto("not here") if call.name == "forbidden" else None
+
+
+def test_a_session_actor_on_the_head_answers_its_workers_scripts_with_its_own_gate(cluster: Cluster,
+                                                                                    tmp_path: Any) -> None:
+    from nexus_ray import SessionActor
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gate and tools go to the actor
+    gate_log = tmp_path / "gate.log"
+    echo = ToolDef(name="echo", handler=lambda a: a["text"],
+                   input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    forbidden = ToolDef(name="forbidden", handler=lambda a: "ran", input_schema={"type": "object", "properties": {}})
+    config = {"skills": [], "plugins": {"active": [CE], CE: {
+        "launcher": "ray", "timeout_seconds": 120, "allowed_packages": ["os", "time"]}}}
+    actor = SessionActor.options(resources={remote.HEAD_RESOURCE: 0.001}).remote(
+        config, plugins=[GateLog(str(gate_log))], tools=[echo, forbidden], workspace=str(tmp_path / "ws"))
+    try:
+        actor_pid = ray.get(actor.pid.remote(), timeout=120)
+        head = [n["NodeID"] for n in ray.nodes() if remote.HEAD_RESOURCE in n["Resources"]]
+        assert ray.get(actor.node.remote(), timeout=30) in head and actor_pid != os.getpid()
+        token = secrets.token_hex(8)
+        script = ("import os, time, tools\n\ndef run(ctx):\n"
+                  f"    open('started', 'w').write('{token} ' + str(os.getpid()))\n"
+                  "    deadline = time.monotonic() + 150\n"
+                  "    while not os.path.exists('go') and time.monotonic() < deadline:\n"
+                  "        time.sleep(0.05)\n"
+                  "    return [tools.echo(text='from a worker'), os.getpid()]\n")
+        ref = actor.run_code.remote(script)
+        folder, pid = _started(token, set())
+        holders = []  # the pool actor holding the script's process: a worker node's
+        for node, pool in _pool_actors().items():
+            if pid in ray.get(pool.children.remote(), timeout=30):
+                holders.append(node)
+        assert len(holders) == 1 and holders[0] not in head, holders
+        open(os.path.join(folder, "go"), "w").close()
+        result = ray.get(ref, timeout=180)
+        assert result.error is None, (result.error, result.output)
+        assert result.output_structured["result"][0] in ("from a worker", {"output": "from a worker"})
+        assert result.output_structured["result"][1] == pid
+        vetoed = ray.get(actor.run_code.remote("import tools\n\ndef run(ctx):\n    return tools.forbidden()\n"),
+                         timeout=180)
+        assert vetoed.error is not None and "not here" in (vetoed.error + vetoed.output)
+        direct = ray.get(actor.invoke.remote("echo", {"text": "direct"}), timeout=60)
+        assert direct.error is None and "direct" in direct.output
+        lines = [line.split() for line in gate_log.read_text().splitlines()]
+        assert [name for name, _ in lines] == ["run_code", "echo", "run_code", "forbidden", "echo"]
+        assert {int(p) for _, p in lines} == {actor_pid}  # every gate ran in the session actor's process
+    finally:
+        try:
+            ray.get(actor.close.remote(), timeout=60)
+        finally:
+            ray.kill(actor)
