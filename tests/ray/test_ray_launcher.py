@@ -179,7 +179,8 @@ def _started(token: str, seen: set[str], timeout: float = 120.0) -> tuple[str, i
         for path in glob.glob("/tmp/nexus-run-*/run-*/started"):
             folder = os.path.dirname(path)
             try:
-                text = open(path).read().split()
+                with open(path) as f:
+                    text = f.read().split()
             except OSError:
                 continue
             if folder not in seen and len(text) == 2 and text[0] == token:
