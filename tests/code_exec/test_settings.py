@@ -39,3 +39,14 @@ def test_require_names_sandbox_layers_and_a_class_built_by_hand_is_checked_too()
     assert info.value.problem_in("nexus.tool.code_exec")[1] == (
         "plugins.nexus.tool.code_exec.require[1]: 'landlock' is not a sandbox layer (one of env, rlimits, net, uid, "
         "fs, seccomp)")
+
+
+def test_a_bad_ray_address_is_a_config_error_naming_address() -> None:
+    assert CodeExecSettings(launcher="ray").address == "auto"
+    assert CodeExecSettings(launcher="ray", address="10.0.0.5:6379").address == "10.0.0.5:6379"
+    assert CodeExecSettings(launcher="ray", address="ray://head:10001").address == "ray://head:10001"
+    with pytest.raises(SettingError) as info:
+        CodeExecSettings(launcher="ray", address="not an address")
+    assert info.value.key == ("address",)
+    assert info.value.problem_in("nexus.tool.code_exec")[1] == (
+        "plugins.nexus.tool.code_exec.address: 'not an address' is not auto, host:port or ray://host:port")

@@ -12,8 +12,10 @@ reaches the server's own check, as it would without the proxy.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import threading
+from collections.abc import Sequence
 from typing import Any, Self
 
 import httpx
@@ -26,10 +28,13 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfe
 
 class TokenProxy:
     """`TokenProxy(upstream_port, token)`, then `.start()`: `.url` is the MCP endpoint through it;
-    `.stop()` (or the `with` block's end) closes it."""
+    `.stop()` (or the `with` block's end) closes it. `TokenProxy(ports, token)` with several ports
+    sends the requests to them in turn (round robin: replicas of a stateless server)."""
 
-    def __init__(self, upstream_port: int, token: str, path: str = "/mcp") -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream_port: int | Sequence[int], token: str, path: str = "/mcp") -> None:
+        self.upstreams = [upstream_port] if isinstance(upstream_port, int) else list(upstream_port)
+        self.upstream_port = self.upstreams[0]
+        self._turn = itertools.count()
         self.token = token
         self.path = path
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -64,12 +69,12 @@ class TokenProxy:
         self._thread.join(60)
         self._sock.close()
 
-    def _rewrite(self, value: str) -> str:
+    def _rewrite(self, value: str, upstream: int) -> str:
         """A Host or Origin that names the proxy, made to name the server instead."""
         for name in ("127.0.0.1", "localhost"):
             for form in (f"{name}:{self.port}", f"http://{name}:{self.port}"):
                 if value.lower() == form:
-                    return form.replace(f":{self.port}", f":{self.upstream_port}")
+                    return form.replace(f":{self.port}", f":{upstream}")
         return value
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -83,14 +88,15 @@ class TokenProxy:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        upstream = self.upstreams[next(self._turn) % len(self.upstreams)]
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         host = next((v for k, v in headers if k.lower() == "host"), f"127.0.0.1:{self.port}")
-        forwarded = [(k, self._rewrite(v) if k.lower() == "origin" else v) for k, v in headers
+        forwarded = [(k, self._rewrite(v, upstream) if k.lower() == "origin" else v) for k, v in headers
                      if k.lower() not in HOP_BY_HOP and k.lower() != "authorization"]
-        forwarded.append(("Host", self._rewrite(host)))
+        forwarded.append(("Host", self._rewrite(host, upstream)))
         forwarded.append(("Authorization", f"Bearer {self.token}"))
         query = scope.get("query_string", b"").decode("latin-1")
-        url = f"http://127.0.0.1:{self.upstream_port}{scope['path']}" + (f"?{query}" if query else "")
+        url = f"http://127.0.0.1:{upstream}{scope['path']}" + (f"?{query}" if query else "")
         request = self._client.build_request(scope["method"], url, headers=forwarded, content=body)
         response = await self._client.send(request, stream=True)
         try:

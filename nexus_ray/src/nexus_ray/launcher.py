@@ -44,6 +44,8 @@ NAMESPACE = "nexus"
 LAUNCH_TIMEOUT = 60.0
 #: every other Ray call's timeout
 CALL_TIMEOUT = 30.0
+#: how long a connection to a session's listener has to say its hello
+HELLO_WAIT = 5.0
 TOKEN_BYTES = 32
 DIRECTIONS = (b"out", b"in ")  # out: the child's messages to the session; in: the session's to the child
 HELLO_SIZE = 2 * TOKEN_BYTES + 1 + 3 + 1  # hex token, space, direction, newline
@@ -56,22 +58,6 @@ class RemoteLaunchError(Exception):
 
 def _hello(token: str, direction: bytes) -> bytes:
     return token.encode() + b" " + direction + b"\n"
-
-
-def _read_exactly(sock: socket.socket, size: int, deadline: float) -> bytes:
-    data = b""
-    while len(data) < size:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select([sock], [], [], left)
-        if not ready:
-            break
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 # -- the pool actor (one per node) ------------------------------------------------------------
@@ -127,7 +113,7 @@ class PoolActor:
                 policy: protocol.ChildPolicy = {"layers": layers, "limits": {"memory_mb": 0, "cpu_seconds": 0},
                                                 "read_paths": list(sandbox.runtime_read_paths())}
                 launcher = self._launchers[key] = MachineLauncher(policy, preimport, python=sys.executable,
-                                                                  folder=self.folder)
+                                                                  folder=self.folder, watch_pid=os.getpid())
         child = launcher.launch()
         assert isinstance(child, MachineChild)
         try:
@@ -271,6 +257,9 @@ class RemoteChild(Child):
     def died_with_its_maker(self) -> bool:
         return self.maker_gone
 
+    def maker_text(self) -> str:
+        return f"the pool of Ray node {self.node_id[:12]} (its pool actor ended, or the node went away)"
+
 
 class RemoteLauncher(Launcher):
     """Children in the pools of a Ray cluster's nodes, taken in turn (not the head's unless
@@ -365,27 +354,56 @@ class RemoteLauncher(Launcher):
     @staticmethod
     def _accept(listener: socket.socket, token: str, deadline: float, ref: Any) -> dict[bytes, socket.socket]:
         """The two connections that open with `token`, one per direction; any other is closed.
-        Stops early when the launch failed (its result is ready and no connection came)."""
+        Hellos are read side by side (a connection that sends nothing holds up no other; each has
+        HELLO_WAIT seconds to say its hello). Stops early when the launch failed (its result is
+        ready and no connection came)."""
         want = token.encode()
         socks: dict[bytes, socket.socket] = {}
-        while len(socks) < 2 and time.monotonic() < deadline:
-            ready, _, _ = select.select([listener], [], [], 0.2)
-            if not ready:
-                done, _ = ray.wait([ref], timeout=0)
-                if done and not socks:
-                    break  # it failed (or answered without connecting): ray.get says why
-                continue
-            conn, _ = listener.accept()
-            hello = _read_exactly(conn, HELLO_SIZE, min(deadline, time.monotonic() + 5.0))
-            given, _, rest = hello.partition(b" ")
-            direction = rest[:3]
-            if (len(hello) != HELLO_SIZE or not hmac.compare_digest(given, want)
-                    or direction not in DIRECTIONS or direction in socks):
-                log.warning("nexus.ray: refused a connection with a wrong token")
+        pending: dict[socket.socket, tuple[bytes, float]] = {}  # connection -> (its bytes so far, its deadline)
+        try:
+            while len(socks) < 2 and time.monotonic() < deadline:
+                now = time.monotonic()
+                for conn, (_, until) in list(pending.items()):
+                    if until <= now:
+                        log.warning("nexus.ray: closed a connection that gave no hello")
+                        del pending[conn]
+                        conn.close()
+                ready, _, _ = select.select([listener, *pending], [], [], 0.2)
+                if not ready:
+                    done, _ = ray.wait([ref], timeout=0)
+                    if done and not socks and not pending:
+                        break  # it failed (or answered without connecting): ray.get says why
+                    continue
+                for sock in ready:
+                    if sock is listener:
+                        conn, _ = listener.accept()
+                        conn.setblocking(False)
+                        pending[conn] = (b"", min(deadline, time.monotonic() + HELLO_WAIT))
+                        continue
+                    data, until = pending.pop(sock)
+                    try:
+                        chunk = sock.recv(HELLO_SIZE - len(data))
+                    except (BlockingIOError, InterruptedError):
+                        pending[sock] = (data, until)
+                        continue
+                    except OSError:
+                        chunk = b""
+                    data += chunk
+                    if chunk and len(data) < HELLO_SIZE:
+                        pending[sock] = (data, until)
+                        continue
+                    given, _, rest = data.partition(b" ")
+                    direction = rest[:3]
+                    if (len(data) != HELLO_SIZE or not hmac.compare_digest(given, want)
+                            or direction not in DIRECTIONS or direction in socks or rest[3:] != b"\n"):
+                        log.warning("nexus.ray: refused a connection with a wrong token")
+                        sock.close()
+                        continue
+                    sock.setblocking(True)
+                    socks[direction] = sock
+        finally:
+            for conn in pending:
                 conn.close()
-                continue
-            conn.setblocking(True)
-            socks[direction] = conn
         return socks
 
     def close(self) -> None:

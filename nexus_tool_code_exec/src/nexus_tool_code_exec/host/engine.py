@@ -878,10 +878,10 @@ class CodeExec:
             remote = importlib.import_module("nexus_ray.launcher")
         except ImportError as exc:
             raise RuntimeError(f"launcher: ray needs the nexus-rt-ray package ({exc})") from None
-        launcher: Launcher = remote.RemoteLauncher(address=self.config.ray_address, require=self.config.require,
+        launcher: Launcher = remote.RemoteLauncher(address=self.config.address, require=self.config.require,
                                                    preimport=DEFAULT_ALLOWED_PACKAGES)
         launcher.start()
-        return launcher, f"the pools of the Ray cluster's nodes fork each script (launcher: ray, {self.config.ray_address})"
+        return launcher, f"the pools of the Ray cluster's nodes fork each script (launcher: ray, {self.config.address})"
 
     def layer_statuses(self) -> dict[str, sandbox.LayerStatus]:
         """Each sandbox layer, probed once per process: active, or unavailable and why."""

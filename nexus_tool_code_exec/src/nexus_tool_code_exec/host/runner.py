@@ -188,6 +188,8 @@ class _Ending:
     messages: int = 0  # messages read from it
     lost: bool = False  # it died with its zygote (see ScriptRun.run)
     maker_gone: bool = False  # the zygote that made it died while it ran
+    maker: str = "the zygote that forked it"  # what made it (`Child.maker_text`), for the error
+    local: bool = True  # a child of this machine (`Child.local`); a remote one's loss is retried once
 
 
 def _parallel_group(msg: CallMessage) -> int | bool:
@@ -320,7 +322,13 @@ class ScriptRun:
         self._script = start.get("script") or ""
         self._script_lines = self._script.count("\n") + 1
         ending = self._serve(seat, start, meanwhile)
+        remote_losses = 0
         while (ending.lost or self._suspending) and not self._leaving:
+            if ending.lost and not ending.local:
+                remote_losses += 1
+                if remote_losses > 1:  # a node's pool lost it twice: said, not tried a third time
+                    ending.lost = False
+                    break
             if self._suspending:  # resumed once its held calls (the one a person decides) are answered
                 if not self._await_held_calls():
                     ending = _Ending()  # stopped by its caller while suspended
@@ -437,6 +445,7 @@ class ScriptRun:
         died_with_its_maker = child.died_with_its_maker()
         ending.lost = never_started and died_with_its_maker
         ending.maker_gone = final is None and died_with_its_maker
+        ending.maker, ending.local = child.maker_text(), child.local
         return ending
 
     @staticmethod
@@ -951,7 +960,7 @@ class ScriptRun:
         elif ending.violation:
             outcome.error = f"runtime error: the script's process broke the protocol ({ending.violation}) and was stopped"
         elif final is None and ending.maker_gone:
-            outcome.error = ("runtime error: the script's process died with the zygote that forked it (killed or "
+            outcome.error = (f"runtime error: the script's process died with {ending.maker} (killed or "
                              "crashed: the next run is served by a new one)")
         elif final is None:
             outcome.error = self._death_message(ending.status, ending.cpu_seconds, self.settings.cpu_seconds)

@@ -72,8 +72,8 @@ class CodeExecSettings:
                                        description="sandbox layers without which run_code refuses to run")
     launcher: Literal["auto", "zygote", "spawn", "ray"] = setting(
         "auto", description="fork children from a warm zygote, or spawn fresh interpreters, or run them in the "
-                            "pools of a Ray cluster's nodes (ray: needs the nexus-rt-ray package; see ray_address)")
-    ray_address: str = setting("auto", description="launcher: ray: the cluster to join: auto (the running one), "
+                            "pools of a Ray cluster's nodes (ray: needs the nexus-rt-ray package; see address)")
+    address: str = setting("auto", description="launcher: ray: the cluster to join: auto (the running one), "
                                                    "host:port or ray://host:port")
     pool: Literal["process", "machine", "nexus"] = setting(
         "process", description="whose warm zygote forks the children: one shared by every Nexus of the process "
@@ -91,8 +91,8 @@ class CodeExecSettings:
                                                               "from the journal once the call is answered (null: never)")
 
     def __attrs_post_init__(self) -> None:
-        if self.ray_address != "auto" and not _RAY_ADDRESS.fullmatch(self.ray_address):
-            raise SettingError(("ray_address",), f"{self.ray_address!r} is not auto, host:port or ray://host:port")
+        if self.address != "auto" and not _RAY_ADDRESS.fullmatch(self.address):
+            raise SettingError(("address",), f"{self.address!r} is not auto, host:port or ray://host:port")
         # the schema lists the layers; a class built by hand (tests, embedding code) is checked too
         for i, name in enumerate(self.require):
             if name not in LAYERS:

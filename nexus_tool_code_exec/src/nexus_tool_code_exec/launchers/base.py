@@ -79,6 +79,10 @@ class Child:
         die with it), not through anything its script did. Known once `wait` has returned."""
         return False
 
+    def maker_text(self) -> str:
+        """What made it, for the error of a run whose child died with its maker."""
+        return "the zygote that forked it"
+
     def close(self) -> None:
         """Close the host's ends of its pipes and have its scratch folder removed (off this
         thread: a script may have left 100,000 files there; `Launcher.close` waits for it)."""

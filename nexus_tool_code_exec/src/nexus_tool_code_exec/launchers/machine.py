@@ -119,9 +119,12 @@ class _Lines:
 class PoolServer:
     """The machine's pool: the socket, the zygotes (a `ZygotePool`), and a thread per connection."""
 
-    def __init__(self, folder: str, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+    def __init__(self, folder: str, idle: float = DEFAULT_IDLE_SECONDS, watch_pid: int | None = None) -> None:
         self.folder = folder
         self.idle = idle
+        # the process whose end stops this server too (a Ray node's pool actor): a pidfd, which
+        # select sees readable once that process has exited (no pid reuse to fear)
+        self.watch = os.pidfd_open(watch_pid) if watch_pid is not None else None
         self.path = os.path.join(folder, SOCKET_NAME)
         self.pool = ZygotePool()
         self._launchers: dict[str, PooledLauncher] = {}
@@ -140,7 +143,10 @@ class PoolServer:
         """Accept until no one has been connected for `idle` seconds; then stop every zygote."""
         try:
             while True:
-                ready, _, _ = select.select([self.sock], [], [], min(1.0, self.idle))
+                watched = [self.watch] if self.watch is not None else []
+                ready, _, _ = select.select([self.sock.fileno(), *watched], [], [], min(1.0, self.idle))
+                if self.watch is not None and self.watch in ready:
+                    break  # the watched process ended: so does its pool
                 if ready:
                     conn, _ = self.sock.accept()
                     with self._lock:
@@ -156,6 +162,8 @@ class PoolServer:
             except OSError:
                 pass
             self.sock.close()
+            if self.watch is not None:
+                os.close(self.watch)
             self.pool.close()
 
     def _serve_one(self, conn: socket.socket) -> None:
@@ -188,6 +196,9 @@ class PoolServer:
         except (ZygoteError, OSError, KeyError, TypeError, ValueError) as exc:
             protocol.send_with_fds(conn, {"t": "error", "message": f"no child: {exc}"})
             return
+        except Exception as exc:  # said, not a connection closed without a word ("no answer")
+            protocol.send_with_fds(conn, {"t": "error", "message": f"no child: {type(exc).__name__}: {exc}"})
+            raise
         assert isinstance(child, ZygoteChild)
         maker = child.zygote.pid if child.zygote is not None else None
         try:
@@ -236,10 +247,12 @@ def serve_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=float, default=DEFAULT_IDLE_SECONDS,
                         help="stop once no process has been connected for this many seconds")
     parser.add_argument("--foreground", action="store_true", help="do not detach")
+    parser.add_argument("--watch-pid", type=int, default=None,
+                        help="stop (as idleness does) once the process with this pid has ended")
     args = parser.parse_args(argv)
     folder = args.folder or pool_folder()
     try:
-        server = PoolServer(folder, args.idle)
+        server = PoolServer(folder, args.idle, args.watch_pid)
     except OSError as exc:
         print(f"nexus pool server: cannot listen in {folder}: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -323,8 +336,9 @@ class MachineLauncher(Launcher):
     """Children from the machine's pool server, started on first use if none is running."""
 
     def __init__(self, policy: protocol.ChildPolicy, preimport: Iterable[str], python: str | None = None,
-                 idle: float = DEFAULT_IDLE_SECONDS, folder: str | None = None) -> None:
+                 idle: float = DEFAULT_IDLE_SECONDS, folder: str | None = None, watch_pid: int | None = None) -> None:
         self.python = python or sys.executable
+        self.watch_pid = watch_pid  # a server this launcher starts stops once that process has ended
         self.hello = {"t": "launch", "layers": sorted(policy["layers"]), "read_paths": list(policy["read_paths"]),
                       "preimport": sorted(set(preimport)), "python": self.python}
         self.idle = idle
@@ -348,11 +362,25 @@ class MachineLauncher(Launcher):
         self.pid = int(reply["pid"])
 
     def launch(self) -> Child:
-        conn = self._connect()
+        for attempt in (1, 2):
+            conn = self._connect()
+            began = time.monotonic()
+            try:
+                protocol.send_with_fds(conn, self.hello)
+                lines = _Lines(conn)
+                reply = lines.next(START_WAIT)
+            except OSError:
+                conn.close()
+                if attempt == 2:
+                    raise
+                continue
+            if reply is None and not lines.passed and time.monotonic() - began < START_WAIT / 2 and attempt == 1:
+                # closed without a word: the server stopped (idle) just as this connected; the
+                # next connection finds the socket gone and starts a new one
+                conn.close()
+                continue
+            break
         try:
-            protocol.send_with_fds(conn, self.hello)
-            lines = _Lines(conn)
-            reply = lines.next(START_WAIT)
             fds = lines.passed.pop(0) if lines.passed else []
             if reply is None or reply.get("t") != "child" or len(fds) != 2:
                 for fd in fds:
@@ -385,8 +413,10 @@ class MachineLauncher(Launcher):
                 os.unlink(path)  # a dead server's
             except FileNotFoundError:
                 pass
+            watch = ["--watch-pid", str(self.watch_pid)] if self.watch_pid is not None else []
             started = subprocess.run(
-                [self.python, "-I", "-m", "nexus_tool_code_exec.poolserver", "--folder", folder, "--idle", str(self.idle)],
+                [self.python, "-I", "-m", "nexus_tool_code_exec.poolserver", "--folder", folder, "--idle", str(self.idle),
+                 *watch],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV,
                 start_new_session=True, close_fds=True, timeout=START_WAIT, check=False)
             if started.returncode != 0:
