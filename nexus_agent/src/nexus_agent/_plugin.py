@@ -33,6 +33,9 @@ class AgentPlugin(Plugin[Settings]):
 
         #: the open sessions, by id: a person asked about one of their calls is noted in its transcript
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        #: whether `Nexus.recover()` goes on with the interrupted turns it finds (`interrupted_turns`):
+        #: a front end that lets the person choose (`nexus chat`'s /resume) sets it False first
+        self.take_over_turns = True
 
     @hookimpl
     def nexus_ask_start(self, question: Question) -> None:
@@ -93,10 +96,19 @@ class AgentPlugin(Plugin[Settings]):
         """The sessions of this session folder whose task was cut while a call of it waited for
         a person (its approval), and that no live process has open: each is returned with the
         session's lock taken, so no other host goes on with it; `turn.resume()` goes on with it
-        here, `turn.release()` leaves it. nexus.durable's `recover()` calls it."""
+        here, `turn.release()` leaves it. nexus.durable's `recover()` calls it (none when
+        `take_over_turns` is False)."""
         from ._session import interrupted_turns
 
-        return interrupted_turns(self, self.nexus)
+        return interrupted_turns(self, self.nexus) if self.take_over_turns else []
+
+    def interrupted_sessions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The sessions of this session folder whose last task was cut (its host killed, or it
+        crashed) and that no live process has open, oldest first: each as its id and the ids of
+        the task's calls that were waiting for a person. `resume(ID)` goes on with one."""
+        from ._session import interrupted_sessions
+
+        return interrupted_sessions(self.nexus)
 
     def run(self, prompt: str, **kwargs: Any) -> AgentResult:
         """One task in a new session (closed after it): `session(**kwargs).send(prompt)`."""

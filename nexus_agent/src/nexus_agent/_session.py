@@ -574,6 +574,26 @@ def waiting_calls(records: list[dict[str, Any]]) -> tuple[str, ...] | None:
     return ids or None
 
 
+def interrupted_sessions(nexus: Nexus) -> list[tuple[str, tuple[str, ...]]]:
+    """`AgentPlugin.interrupted_sessions`: each session whose last task did not end and whose
+    lock is free, with the calls of it that wait for a person."""
+    folder = Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+        try:
+            records = read_transcript(path)
+        except (OSError, ValueError):
+            continue
+        if interrupted_task(records) is None:
+            continue
+        lock = SessionLock.take(path)
+        if lock is None:  # open in a live process
+            continue
+        lock.release()
+        found.append((path.stem, waiting_calls(records) or ()))
+    return found
+
+
 def interrupted_turns(plugin: Any, nexus: Nexus) -> list[InterruptedTurn]:
     """The sessions of this session folder whose task waits for a person and that no process has
     open, each with its lock taken (see `InterruptedTurn`)."""
