@@ -88,11 +88,6 @@ class DurableBackend:
             if handle is not None:
                 log.warning("approval %s (%s) was asked before its run's host stopped: waiting on it (nexus "
                             "approvals answer %s allow|deny)", approval_id, question.call.name, approval_id)
-                if ask_here is not None and handle.get_status().status in WAITING:
-                    # the call has an approver here (a person at `nexus chat`'s /resume): it may
-                    # answer the approval too; the first answer the workflow receives counts
-                    threading.Thread(target=self._answer_here, args=(approval_id, ask_here), daemon=True,
-                                     name=f"nexus-durable-ask-{approval_id}").start()
                 return self._wait(approval_id, handle, cancel)
         else:
             approval_id = f"approval-{uuid.uuid4().hex[:12]}"
