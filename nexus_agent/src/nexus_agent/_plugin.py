@@ -72,7 +72,7 @@ class AgentPlugin(Plugin[Settings]):
         on with (its transcript's history; `Session.resume()` goes on with its interrupted task).
         Raises ValueError when there is no model to use, LookupError for no such session or one
         open in another process (`lock`: the session's lock, taken already by the caller)."""
-        from ._session import InterruptedTurn, Session, SessionLock
+        from ._session import Session
 
         chosen = model or self.nexus.config.model
         if not chosen:
