@@ -295,3 +295,70 @@ def test_chat_asks_about_concurrent_calls_one_at_a_time(fake: FakeProviders, wor
     [path] = transcripts(workspace)
     answers = [(r["approved"], r.get("text")) for r in read_transcript(path) if r["type"] == "answer"]
     assert sorted(answers) == [(False, "no thanks"), (True, ""), (True, "")]
+
+
+def test_chat_lists_the_interrupted_sessions_and_resume_goes_on_with_one(fake: FakeProviders,
+                                                                         workspace: Workspace) -> None:
+    """`nexus chat` lists, as it starts, the sessions whose task was cut when their host stopped
+    (not one another process has open) and goes on with none by itself; `/resume` goes on with
+    the latest one, in the chat's terminal, and the chat goes on after it."""
+    import fcntl
+
+    workspace.config()
+    folder = workspace.sessions / "plugins" / "nexus.agent"
+    folder.mkdir(parents=True)
+    cut, held = "20261202T000000Z-0123abcd", "20261202T000001Z-4567ef01"
+    for session in (cut, held):  # each killed in its model request: the request has no response
+        records = [{"type": "session", "seq": 1, "id": session, "provider": "openai", "model": "gpt-4.1"},
+                   {"type": "message", "seq": 2, "role": "user", "text": "What is six times seven?"},
+                   {"type": "request", "seq": 3, "turn": 1, "id": "r1"}]
+        (folder / f"{session}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    lock = os.open(folder / f"{held}.lock", os.O_RDWR | os.O_CREAT)  # `held` is open in a live process
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    fake.script("openai.chat", chat_completion("Forty-two."), chat_completion("Hello."))
+    term = Terminal(["chat"], workspace.root, subprocess_env(TERM="dumb"))
+    try:
+        term.read_until("/resume [ID] goes on")
+        at_prompt(term)
+        listed = term.output
+        assert cut in listed and held not in term.output
+        assert fake.requests_for("openai.chat") == []  # the chat goes on with no session by itself
+        term.type(b"/help\r")
+        term.read_until("such session; the chat lists them as it starts")
+        at_prompt(term)
+        term.type(b"/resume\r")
+        term.read_until(f"[resuming session {cut}]")
+        term.read_until("Forty-two.")
+        term.read_until(f"[session {cut}: done]")
+        at_prompt(term)
+        term.type(b"/resume " + cut.encode() + b"\r")  # its task ended now
+        term.read_until("its last task ended; nothing to resume")
+        at_prompt(term)
+        term.type(b"hi\r")
+        term.read_until("Hello.\n")
+        at_prompt(term)
+        term.type(b"\x04")
+        assert term.wait() == 0
+    finally:
+        os.close(lock)
+        try:
+            os.kill(term.pid, signal.SIGKILL)
+            os.waitpid(term.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    records = read_transcript(folder / f"{cut}.jsonl")
+    assert [(r["reason"], r["text"]) for r in records if r["type"] == "stop"] == [("final_answer", "Forty-two.")]
+    [first, _] = fake.requests_for("openai.chat")
+    assert [m["content"] for m in first.body["messages"] if m["role"] == "user"] == ["What is six times seven?"]
+    assert interrupted_task_of(folder / f"{held}.jsonl") is not None  # left as it was
+
+
+def interrupted_task_of(path: Path) -> object:
+    from nexus_agent._session import interrupted_task
+
+    return interrupted_task(read_transcript(path))
+
+
+def at_prompt(term: Terminal) -> None:
+    """Wait until the chat shows its prompt again (`read_until` finds the first one ever)."""
+    term.wait_for(lambda: term.output.endswith("> "), "the chat's prompt")

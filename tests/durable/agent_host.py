@@ -1,7 +1,8 @@
 """An agent host for the durable agent tests (`python agent_host.py CONFIG.json run|resume [ID]`):
 `run` starts a session, prints its id as a JSON line, and sends it one task; `resume ID` goes on
 with session ID's interrupted task (`AgentPlugin.resume`). Each prints the task's result as a
-JSON line. The tools and the gate are durable_host's: `append` (a line a call), a gate asking
+JSON line. `recover` is a long-lived embedder: it calls `Nexus.recover()`, prints
+{"recovering": true} and stays until its stdin closes, then closes the Nexus. The tools and the gate are durable_host's: `append` (a line a call), a gate asking
 about each text that starts with "ask"; no approver: an approval waits for another process."""
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ def main() -> None:
     config, mode, *rest = sys.argv[1:]
     with Nexus(json.loads(Path(config).read_text()), plugins=[AskAboutSome()], tools=[append]) as nx:
         agent = nx.plugin("nexus.agent")
+        if mode == "recover":
+            nx.recover()
+            print(json.dumps({"recovering": True}), flush=True)
+            sys.stdin.read()
+            return
         if mode == "run":
             with agent.session() as session:
                 print(json.dumps({"session": session.id}), flush=True)

@@ -63,6 +63,8 @@ def _session(nx: Nexus, model: str | None, **kwargs: Any) -> Session:
 CHAT_HELP = """\
 the chat's commands:
   /help         this list
+  /resume [ID]  go on with session ID's task that was cut when its host stopped (default: the latest
+                such session; the chat lists them as it starts)
   /exit, /quit  end the chat (as Ctrl-D does)
 Any other line is a task for the agent. Ctrl-C stops the current turn; a second Ctrl-C quits."""
 
@@ -90,6 +92,51 @@ def _status(result: AgentResult) -> int:
     if result.stop_reason == "final_answer":
         return EXIT_OK
     return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else EXIT_FAILED
+
+
+def _list_interrupted(agent: Any, display: Any) -> None:
+    """Say which sessions have a task that was cut when its host stopped (`nexus chat` starts)."""
+    found = agent.interrupted_sessions()
+    if not found:
+        return
+    lines = [f"  {sid}" + (f" (waits for approval: {len(waiting)} call{'s' if len(waiting) > 1 else ''})"
+                            if waiting else "") for sid, waiting in found]
+    display.note("interrupted sessions (their task was cut when its host stopped; /resume [ID] goes on):\n"
+                 + "\n".join(lines))
+
+
+def _resume_in_chat(nx: Any, model: str | None, line: str, display: Any, approver: Any) -> None:
+    """`/resume [ID]`: go on with session ID's interrupted task here (default: the latest one),
+    its calls' questions put to the person; the chat's own session is left as it was."""
+    from ._console import run_task
+
+    words = line.split()
+    if len(words) > 2:
+        display.note("usage: /resume [SESSION]")
+        return
+    if len(words) == 2:
+        sid = words[1]
+    else:
+        found = nx.plugin("nexus.agent").interrupted_sessions()
+        if not found:
+            display.note("no interrupted session to resume")
+            return
+        sid = found[-1][0]
+    try:
+        resumed = _session(nx, model, approver=approver, on_event=display, resume=sid)
+    except (LookupError, UsageError) as exc:
+        display.note(f"/resume: {exc}")
+        return
+    display.note(f"[resuming session {sid}]")
+    with resumed:
+        try:
+            result = run_task(resumed, None, display, approver)
+        except LookupError as exc:
+            display.note(f"/resume: {exc}")
+            return
+    display.end_text()
+    note = _stop_note(result)
+    display.note(f"[session {sid}: {note or 'done'}]")
 
 
 @click.command("ask", epilog="""\b
@@ -173,10 +220,15 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
     display = Display(sys.stdout, sys.stdout, verbose=verbose)
     read = LineReader(prompt_out=sys.stdout)
     approver = ConsoleApprover(display, read)
+    agent = nx.plugin("nexus.agent")
     with _session(nx, model, approver=approver, on_event=display) as session:
-        nx.recover()  # a chat is long-lived: it takes over what killed hosts left (docs/durable.md)
+        # a chat is long-lived: it takes over what killed hosts left (docs/durable.md), except
+        # their agent turns: the person chooses to go on with one (/resume), not the chat
+        agent.take_over_turns = False
+        nx.recover()
         where = f"; transcript: {session.transcript_path}" if session.transcript_path else ""
         click.echo(f"nexus chat with {session.model} (Ctrl-C stops a turn, Ctrl-D or /exit ends){where}", err=True)
+        _list_interrupted(agent, display)
         while True:
             try:
                 line = read("> ")
@@ -191,6 +243,9 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
             command = chat_command_of(line)
             if command in ("/exit", "/quit"):
                 break
+            if command == "/resume":
+                _resume_in_chat(nx, model, line, display, approver)
+                continue
             if command is not None:
                 display.note(CHAT_HELP if command == "/help" else
                              f"unknown command {command} (a line sent to the model cannot start with "

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # imported on first use: `nexus --help` loads this class, and
     from nexus_core import Question
 
     from ._events import AgentEvent, AgentResult
-    from ._session import Session
+    from ._session import InterruptedTurn, Session, SessionLock
 
 
 class AgentPlugin(Plugin[Settings]):
@@ -33,6 +33,9 @@ class AgentPlugin(Plugin[Settings]):
 
         #: the open sessions, by id: a person asked about one of their calls is noted in its transcript
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        #: whether `Nexus.recover()` goes on with the interrupted turns it finds (`interrupted_turns`):
+        #: a front end that lets the person choose (`nexus chat`'s /resume) sets it False first
+        self.take_over_turns = True
 
     @hookimpl
     def nexus_ask_start(self, question: Question) -> None:
@@ -60,13 +63,15 @@ class AgentPlugin(Plugin[Settings]):
 
     def session(self, *, model: str | None = None, approver: Callable[[Question], Any] | None = None,
                 on_event: Callable[[AgentEvent], None] | None = None,
-                transcript: bool | None = None, resume: str | None = None) -> Session:
+                transcript: bool | None = None, resume: str | None = None,
+                lock: SessionLock | None = None) -> Session:
         """A new conversation. `model` is "provider:model" (default: the config's `model`);
         `approver` answers for the person when a gate asks or the model asks a question
         (default: the Nexus's); `on_event` sees text as it streams and each tool call;
         `transcript` overrides the `transcripts` setting; `resume` is the id of a session to go
         on with (its transcript's history; `Session.resume()` goes on with its interrupted task).
-        Raises ValueError when there is no model to use, LookupError for no such session."""
+        Raises ValueError when there is no model to use, LookupError for no such session or one
+        open in another process (`lock`: the session's lock, taken already by the caller)."""
         from ._session import Session
 
         chosen = model or self.nexus.config.model
@@ -74,7 +79,7 @@ class AgentPlugin(Plugin[Settings]):
             raise ValueError("no model: set `model: provider:model` in the config (for example "
                              "openai:gpt-4.1), or pass one")
         session = Session(self.nexus, self.settings, model=chosen, approver=approver, on_event=on_event,
-                          transcript=transcript, resume=resume)
+                          transcript=transcript, resume=resume, lock=lock)
         self._sessions[session.id] = session
         return session
 
@@ -86,6 +91,24 @@ class AgentPlugin(Plugin[Settings]):
         there is no such session, or its last task ended."""
         with self.session(resume=session_id, **kwargs) as session:
             return session.resume()
+
+    def interrupted_turns(self) -> list[InterruptedTurn]:
+        """The sessions of this session folder whose task was cut while a call of it waited for
+        a person (its approval), and that no live process has open: each is returned with the
+        session's lock taken, so no other host goes on with it; `turn.resume()` goes on with it
+        here, `turn.release()` leaves it. nexus.durable's `recover()` calls it (none when
+        `take_over_turns` is False)."""
+        from ._session import interrupted_turns
+
+        return interrupted_turns(self, self.nexus) if self.take_over_turns else []
+
+    def interrupted_sessions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The sessions of this session folder whose last task was cut (its host killed, or it
+        crashed) and that no live process has open, oldest first: each as its id and the ids of
+        the task's calls that were waiting for a person. `resume(ID)` goes on with one."""
+        from ._session import interrupted_sessions
+
+        return interrupted_sessions(self.nexus)
 
     def run(self, prompt: str, **kwargs: Any) -> AgentResult:
         """One task in a new session (closed after it): `session(**kwargs).send(prompt)`."""

@@ -13,6 +13,7 @@ stays well formed for the next task.
 from __future__ import annotations
 
 import contextvars
+import fcntl
 import logging
 import os
 import threading
@@ -109,7 +110,8 @@ class Session:
     def __init__(self, nexus: Nexus, settings: Settings, *, model: str,
                  approver: Callable[[Question], Any] | None = None,
                  on_event: Callable[[AgentEvent], None] | None = None,
-                 transcript: bool | None = None, resume: str | None = None) -> None:
+                 transcript: bool | None = None, resume: str | None = None,
+                 lock: SessionLock | None = None) -> None:
         self.nexus = nexus
         self.settings = settings
         self.model = model
@@ -123,11 +125,17 @@ class Session:
         path = transcript_path(nexus, self.id) if keep or resume else None
         #: what a resumed session goes on from: its transcript's records so far
         self._earlier: list[dict[str, Any]] = []
+        #: held while the session is open: a session is open in one process at a time
+        self._lock = lock if lock is not None or path is None else SessionLock.take(path)
         if resume is not None:
             assert path is not None
+            if self._lock is None:
+                raise LookupError(f"session {resume} is open in another process (a host goes on with it); "
+                                  "it is not resumed twice")
             try:
                 self._earlier = read_transcript(path)
             except (OSError, ValueError) as exc:
+                self._lock.release()
                 raise LookupError(f"no session {resume!r} to resume: cannot read {path}: {exc}") from None
             self.history = history_of(self._earlier)
         self.transcript = Transcript(path, self._earlier)
@@ -168,21 +176,22 @@ class Session:
         finally:
             self._busy.release()
 
-    def resume(self) -> AgentResult:
+    def resume(self, cancel: CancelToken | None = None) -> AgentResult:
         """Go on with the task that was running when this session's host stopped (killed, or
         it crashed): a session made with `resume=ID` has the history of its transcript; the
         calls of the model's last response that have a result there are not run again, the
         others run now (a call whose approval was asked before waits on that approval, or takes
         its answer, with nexus.durable on), and the loop goes on with the model. No model
-        request that has its response in the transcript is made again. Raises LookupError when
-        the session's last task ended."""
+        request that has its response in the transcript is made again. `cancel`: the task's
+        token (default: a new one; `cancel()` stops it either way). Raises LookupError when the
+        session's last task ended."""
         pending = interrupted_task(self._earlier)
         if pending is None:
             raise LookupError(f"session {self.id}: its last task ended; nothing to resume")
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a task is already running in this session")
         try:
-            self._token = CancelToken()
+            self._token = cancel if cancel is not None else CancelToken()
             self._stopped, self._shown = [], set()
             calls, done, turns = pending
             results = {r.id: r for r in done}
@@ -253,6 +262,8 @@ class Session:
         self._closed = True
         self.cancel("the session was closed")
         self.transcript.close()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> Session:
         return self
@@ -489,6 +500,124 @@ def transcript_path(nexus: Nexus, session_id: str) -> Path:
     if not session_id or "/" in session_id or session_id.startswith("."):
         raise LookupError(f"no session {session_id!r}: a session id is a transcript's name")
     return Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID / f"{session_id}.jsonl"
+
+
+class SessionLock:
+    """An exclusive lock on a session's transcript (`<id>.lock` beside it, `flock`): held by the
+    process whose session is open, so that two hosts never go on with one session; the kernel
+    lets it go when that process ends, killed or not."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def take(cls, transcript: Path) -> SessionLock | None:
+        """The lock of the session whose transcript is `transcript`, or None when another process
+        (or another open session of this one) holds it."""
+        transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(transcript.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # (closing the last descriptor of the open file lets the flock go)
+
+
+@attrs.frozen
+class InterruptedTurn:
+    """A session whose last task was cut while some of its calls waited for a person (its host
+    killed, or closed): `waiting` holds those calls' durable keys (`<session id>/<call id>`,
+    what a durable backend keys their approvals by). `AgentPlugin.interrupted_turns()` makes it
+    with the session's lock taken: `resume()` goes on with the task (and lets the lock go after
+    it), `release()` leaves the session to another host."""
+
+    session_id: str
+    waiting: tuple[str, ...]
+    lock: SessionLock
+    plugin: Any = attrs.field(repr=False)
+
+    def resume(self, cancel: CancelToken | None = None) -> AgentResult:
+        """Go on with the task (`Session.resume(cancel)`), in this thread, and close the
+        session after it."""
+        try:
+            session: Session = self.plugin.session(resume=self.session_id, lock=self.lock)
+        except BaseException:
+            self.lock.release()
+            raise
+        with session:
+            return session.resume(cancel)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def waiting_calls(records: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The ids of the calls of an interrupted task (`interrupted_task`) that have no result and
+    were waiting for a person when its host stopped (their last `waiting` has no `answered`);
+    None when the task ended or no call of it waits."""
+    pending = interrupted_task(records)
+    if pending is None:
+        return None
+    calls, done, _ = pending
+    finished = {r.id for r in done}
+    waiting: dict[str, bool] = {}
+    for record in records:
+        if record.get("type") in ("waiting", "answered"):
+            waiting[str(record.get("call_id"))] = record.get("type") == "waiting"
+    ids = tuple(c.id for c in calls if c.id not in finished and waiting.get(c.id, False))
+    return ids or None
+
+
+def interrupted_sessions(nexus: Nexus) -> list[tuple[str, tuple[str, ...]]]:
+    """`AgentPlugin.interrupted_sessions`: each session whose last task did not end and whose
+    lock is free, with the calls of it that wait for a person."""
+    folder = Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+        try:
+            records = read_transcript(path)
+        except (OSError, ValueError):
+            continue
+        if interrupted_task(records) is None:
+            continue
+        lock = SessionLock.take(path)
+        if lock is None:  # open in a live process
+            continue
+        lock.release()
+        found.append((path.stem, waiting_calls(records) or ()))
+    return found
+
+
+def interrupted_turns(plugin: Any, nexus: Nexus) -> list[InterruptedTurn]:
+    """The sessions of this session folder whose task waits for a person and that no process has
+    open, each with its lock taken (see `InterruptedTurn`)."""
+    folder = Path(nexus.config.session_dir) / "plugins" / PLUGIN_ID
+    turns: list[InterruptedTurn] = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+        try:
+            ids = waiting_calls(read_transcript(path))
+        except (OSError, ValueError):
+            continue
+        if ids is None:
+            continue
+        lock = SessionLock.take(path)
+        if lock is None:  # open in a live process (its host), or taken over by another host
+            continue
+        try:  # read again under the lock: another host may have gone on with it meanwhile
+            ids = waiting_calls(read_transcript(path))
+        except (OSError, ValueError):
+            ids = None
+        if ids is None:
+            lock.release()
+            continue
+        turns.append(InterruptedTurn(path.stem, tuple(f"{path.stem}/{i}" for i in ids), lock, plugin))
+    return turns
 
 
 def _call_of(data: dict[str, Any]) -> ToolCall:

@@ -62,6 +62,9 @@ class DurableBackend:
         self.expiry = expiry
         self.recover_mode = recover
         self._recovered_runs: set[str] = set()  # run_code calls this host resumed (once each)
+        self._turns: dict[str, CancelToken] = {}  # session id -> the token of an agent turn taken over here
+        self._turn_threads: list[threading.Thread] = []
+        self._turns_lock = threading.Lock()
         self._claims: Claims | None = None
         self._closed = False
         self._closing = threading.Event()  # set as the host closes: the waits of this process end
@@ -195,6 +198,68 @@ class DurableBackend:
         except Exception:
             log.exception("could not recover the durable calls of ended processes")
         self._resume_runs()
+        self._resume_turns()
+
+    def _resume_turns(self) -> None:
+        """Take over the agent turns of this session folder that were cut while a call waited for
+        its approval (nexus.agent's `interrupted_turns`: each comes with its session's lock, so
+        one host takes it): each waits in a thread of its own for its approvals, then goes on."""
+        agent = self.nexus.plugin("nexus.agent")
+        find = getattr(agent, "interrupted_turns", None)
+        if not callable(find):
+            return
+        try:
+            turns = find()
+        except Exception:
+            log.exception("could not list the interrupted agent turns")
+            return
+        for turn in turns:
+            thread = threading.Thread(target=self._resume_turn, args=(turn,), daemon=True,
+                                      name=f"nexus-durable-turn-{turn.session_id}"[:60])
+            with self._turns_lock:
+                self._turn_threads.append(thread)
+            thread.start()
+
+    def _resume_turn(self, turn: Any) -> None:
+        """Wait until every approval the turn's calls waited on is answered (or expired), then
+        go on with the turn here (`turn.resume()`: its transcript gets the rest). A close before
+        that leaves the turn as it was, its lock let go, for the next host."""
+        from dbos import DBOS
+
+        sid = turn.session_id
+        try:
+            for key in turn.waiting:
+                approval_id = approval_id_for(key)
+                while True:
+                    status = DBOS.get_workflow_status(approval_id)
+                    if status is None or status.status not in WAITING:
+                        break  # answered (or never asked: the turn asks it again)
+                    if self._closing.wait(_engine.POLL_SECONDS):
+                        log.info("agent session %s still waits on approval %s as its host closes: left to the next "
+                                 "host", sid, approval_id)
+                        turn.release()
+                        return
+            if self._closing.is_set():
+                turn.release()
+                return
+            log.info("agent session %s: its turn was cut while it waited for approval; going on with it here", sid)
+            token = CancelToken()
+            with self._turns_lock:
+                self._turns[sid] = token
+            if self._closing.is_set():
+                token.cancel("its host closed")
+            result = turn.resume(token)
+        except LookupError as exc:  # it ended, or another process has it
+            log.info("agent session %s is not resumed here: %s", sid, exc)
+            return
+        except Exception:
+            log.exception("could not go on with agent session %s", sid)
+            turn.release()
+            return
+        finally:
+            with self._turns_lock:
+                self._turns.pop(sid, None)
+        log.info("agent session %s, resumed here, stopped: %s", sid, result.stop_reason)
 
     def _resume_runs(self) -> None:
         """Resume the interrupted run_code runs of this session folder (nexus.tool.code_exec's
@@ -233,6 +298,19 @@ class DurableBackend:
         """Run a recovered approval's call here (the workflow's thread)."""
         return _workflows.run_resumed(self.nexus, record, answer)
 
+    def _stop_turns(self) -> None:
+        """At close: the agent turns taken over here stop (`Session.cancel`: interrupted, as a
+        person's Ctrl-C would) and their threads end before the engine does."""
+        with self._turns_lock:
+            tokens = list(self._turns.values())
+            threads = list(self._turn_threads)
+        for token in tokens:
+            token.cancel("its host closed")
+        for thread in threads:
+            thread.join(CLOSE_WAIT_SECONDS)
+            if thread.is_alive():
+                log.warning("closing while an agent turn taken over here still runs (%s)", thread.name)
+
     def _claim(self, key: str) -> bool:
         if self._claims is None:
             self._claims = Claims(self.url)
@@ -244,6 +322,7 @@ class DurableBackend:
         self._closed = True
         self._closing.set()
         _workflows.clear_host(self)
+        self._stop_turns()
         # a call this process took over from a killed host finishes before the engine stops (a
         # short-lived `nexus` command may have taken one): cut short, it would be reported as
         # possibly done in the next host instead of done
