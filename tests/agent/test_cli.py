@@ -362,3 +362,37 @@ def interrupted_task_of(path: Path) -> object:
 def at_prompt(term: Terminal) -> None:
     """Wait until the chat shows its prompt again (`read_until` finds the first one ever)."""
     term.wait_for(lambda: term.output.endswith("> "), "the chat's prompt")
+
+
+FLAG_PLUGIN = """\
+import os
+from nexus_core import hookimpl
+
+@hookimpl
+def nexus_register_tools(register, nexus):
+    # what a plugin that takes over as the Nexus starts (nexus.durable's `recover: start`) finds
+    with open(os.environ["NEXUS_TEST_FLAG_FILE"], "a") as out:
+        out.write(f"{nexus.plugin('nexus.agent').take_over_turns}\\n")
+"""
+
+
+def test_chat_leaves_interrupted_turns_to_resume_even_while_its_nexus_starts(
+        fake: FakeProviders, workspace: Workspace, run_nexus: RunNexus, tmp_path: Path) -> None:
+    """`nexus chat` does not go on with a cut-off agent turn by itself, also with `recover: start`,
+    which takes over while the Nexus starts: the agent plugin is made not to, before it starts.
+    `nexus ask` (not a chat) keeps the default."""
+    site = tmp_path / "flag-site"
+    info = site / "nexus_test_flag-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "nexus_test_flag.py").write_text(FLAG_PLUGIN, encoding="utf-8")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nexus-test-flag\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[nexus.plugins]\ntest.flag = nexus_test_flag\n")
+    flags = tmp_path / "flags.txt"
+    workspace.config()
+    fake.script("openai.chat", chat_completion("Hi."))
+    env = subprocess_env(site, NEXUS_TEST_FLAG_FILE=str(flags))
+    chat = run_nexus("chat", input="/exit\n", env=env)
+    assert chat.returncode == 0, chat.stderr
+    ask = run_nexus("ask", "hello", env=env)
+    assert ask.returncode == 0, ask.stderr
+    assert flags.read_text().splitlines() == ["False", "True"]

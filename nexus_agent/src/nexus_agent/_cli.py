@@ -215,16 +215,22 @@ def chat_command(ctx: click.Context, model: str | None, max_turns: int | None, v
     """Talk with the agent: each message is a task; its text streams as it comes, each tool call
     shows as one line, and calls a gate asks about are put to you at the prompt."""
     from ._console import ConsoleApprover, Display, LineReader, run_task
+    from ._plugin import TAKE_OVER_TURNS
 
-    nx = _open(ctx, max_turns)
+    # a chat is long-lived: it takes over what killed hosts left (docs/durable.md), except their
+    # agent turns: the person chooses to go on with one (/resume), not the chat. Said before the
+    # Nexus opens, for `recover: start` takes over as it starts
+    chosen = TAKE_OVER_TURNS.set(False)
+    try:
+        nx = _open(ctx, max_turns)
+    finally:
+        TAKE_OVER_TURNS.reset(chosen)
     display = Display(sys.stdout, sys.stdout, verbose=verbose)
     read = LineReader(prompt_out=sys.stdout)
     approver = ConsoleApprover(display, read)
     agent = nx.plugin("nexus.agent")
     with _session(nx, model, approver=approver, on_event=display) as session:
-        # a chat is long-lived: it takes over what killed hosts left (docs/durable.md), except
-        # their agent turns: the person chooses to go on with one (/resume), not the chat
-        agent.take_over_turns = False
+        agent.take_over_turns = False  # (already so: made under TAKE_OVER_TURNS False)
         nx.recover()
         where = f"; transcript: {session.transcript_path}" if session.transcript_path else ""
         click.echo(f"nexus chat with {session.model} (Ctrl-C stops a turn, Ctrl-D or /exit ends){where}", err=True)

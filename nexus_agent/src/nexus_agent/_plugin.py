@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from nexus_core.plugins import Plugin
@@ -21,6 +22,12 @@ if TYPE_CHECKING:  # imported on first use: `nexus --help` loads this class, and
     from ._session import InterruptedTurn, Session, SessionLock
 
 
+#: what the `take_over_turns` of an AgentPlugin made now starts as. `nexus chat` sets it False
+#: before it opens its Nexus: with `recover: start` the durable plugin's recover() runs as the Nexus
+#: starts, before the chat could set the flag on the plugin, and would go on with the turns itself
+TAKE_OVER_TURNS: ContextVar[bool] = ContextVar("nexus_agent_take_over_turns", default=True)
+
+
 class AgentPlugin(Plugin[Settings]):
     """The plugin object of one Nexus (the entry point names this class): its settings, and the
     sessions it makes."""
@@ -35,7 +42,7 @@ class AgentPlugin(Plugin[Settings]):
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         #: whether `Nexus.recover()` goes on with the interrupted turns it finds (`interrupted_turns`):
         #: a front end that lets the person choose (`nexus chat`'s /resume) sets it False first
-        self.take_over_turns = True
+        self.take_over_turns = TAKE_OVER_TURNS.get()
 
     @hookimpl
     def nexus_ask_start(self, question: Question) -> None:
