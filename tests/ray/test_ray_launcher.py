@@ -477,3 +477,30 @@ def test_a_session_actor_on_the_head_answers_its_workers_scripts_with_its_own_ga
             ray.get(actor.close.remote(), timeout=60)
         finally:
             ray.kill(actor)
+
+
+def test_the_cli_works_unchanged_with_launcher_ray(cluster: Cluster, tmp_path: Any) -> None:
+    """Configured, not coded: `launcher: ray` with the cluster's `address` in the config, and the
+    CLI as a user runs it: `nexus doctor` reports each worker node's layers, `nexus call run_code`
+    runs a script whose inner call is answered by the CLI's own Nexus."""
+    import json
+    import subprocess
+
+    (tmp_path / "notes.txt").write_text("from the workspace\n")
+    config = tmp_path / "nexus.yaml"
+    config.write_text(json.dumps({"workspace": str(tmp_path), "plugins": {CE: {
+        "launcher": "ray", "address": cluster.address, "timeout_seconds": 60}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "RAY_ADDRESS"))}
+
+    def nexus(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "nexus_core.cli", *args, "--config", str(config),
+                               "--trust-config"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    doctor = nexus("doctor")
+    assert sum(line.lstrip().startswith("ray node ") for line in doctor.stdout.splitlines()) == 2, \
+        doctor.stdout + doctor.stderr
+    script = "import tools\n\ndef run(ctx):\n    return tools.read(path='notes.txt').content\n"
+    call = nexus("call", "run_code", json.dumps({"script": script}), "--json")
+    assert call.returncode == 0, call.stdout + call.stderr
+    assert "from the workspace" in json.loads(call.stdout)["output"], call.stdout
