@@ -730,10 +730,21 @@ class ScriptRun:
             assert self.journal is not None and placement.hashed is not None
             self.journal.placed(placement.entry, placement.hashed[0])
         if parallel:
-            # made inside parallel.map: answered concurrently, at most max_workers at once
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
-            inner.future = self._pool.submit(self._answer, msg, size, inner)
+            # made inside parallel.map: answered concurrently, at most max_workers at once. Under
+            # the budget's lock: a call admitted just before the run ended must not start on a
+            # new pool after `_stop_inner_calls` took the run's away (it ran so, past the stop)
+            with self._budget_lock:
+                serving = self._serving
+                if serving:
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(self.settings.max_workers, thread_name_prefix="run_code-call")
+                    inner.future = self._pool.submit(self._answer, msg, size, inner)
+            if not serving:
+                call = self._call_of(msg)
+                inner.result = self.nexus.refuse(call, f"cancelled: {call.name} was not run, the run was over",
+                                                 "cancelled")
+                self.ledger.record(call, inner.result, size, time.time(), 0.0, _parallel_group(msg))
+                self._settle(msg)
         else:
             # a lone sequential call: answered right here on the reading thread, no hop. The
             # run's caller waits on the reader with the deadline, so a tool that hangs here
@@ -838,7 +849,7 @@ class ScriptRun:
         what became of each in `stopped_calls`."""
         with self._budget:
             still = list(self._held.values())
-        pool, self._pool = self._pool, None
+            pool, self._pool = self._pool, None
         if not still:
             if pool is not None:
                 pool.shutdown(wait=False)
