@@ -267,3 +267,12 @@ def test_the_server_is_a_module_one_starts_by_itself(tmp_path: Path) -> None:
             proc.wait(30)
     assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.returncode
     assert not (folder / machine.SOCKET_NAME).exists()
+
+
+def test_an_exit_reply_is_read_by_one_helper_for_the_machine_pool_and_ray() -> None:
+    """`parse_exit` reads the pool server's `exit` reply (MachineChild.wait) and a Ray node's pool
+    actor's (nexus_ray's RemoteChild.wait): a field of another type counts as absent."""
+    assert machine.parse_exit({"t": "exit", "status": -9, "cpu": 0.25, "maker_gone": True}) == (-9, 0.25, True)
+    assert machine.parse_exit({"status": 0, "cpu": 1, "maker_gone": False}) == (0, 1.0, False)
+    assert machine.parse_exit({"status": None, "cpu": None}) == (None, None, False)  # still running
+    assert machine.parse_exit({"status": "0", "cpu": "1.5", "maker_gone": 0}) == (None, None, False)

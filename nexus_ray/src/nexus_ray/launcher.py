@@ -35,7 +35,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from nexus_tool_code_exec import protocol, sandbox
 from nexus_tool_code_exec.launchers.base import Child, Launcher
-from nexus_tool_code_exec.launchers.machine import MachineChild, MachineLauncher
+from nexus_tool_code_exec.launchers.machine import MachineChild, MachineLauncher, parse_exit
 
 log = logging.getLogger("nexus_ray")
 
@@ -242,11 +242,8 @@ class RemoteChild(Child):
         except Exception:  # noqa: BLE001 - the actor died, or Ray did not answer in time
             self.maker_gone = True
             return None
-        self.maker_gone = bool(reply.get("maker_gone"))
-        cpu = reply.get("cpu")
-        self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
-        status = reply.get("status")
-        return int(status) if isinstance(status, int) else None
+        status, self.cpu_seconds, self.maker_gone = parse_exit(reply)
+        return status
 
     def finished(self) -> None:
         try:

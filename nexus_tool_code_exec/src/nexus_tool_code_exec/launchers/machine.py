@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -278,6 +278,17 @@ def _stop(signum: int, _frame: Any) -> None:
 # -- the client ---------------------------------------------------------------------------------
 
 
+def parse_exit(reply: Mapping[str, Any]) -> tuple[int | None, float | None, bool]:
+    """A child's `exit` reply (the pool server's `{"t": "exit", "status", "cpu", "maker_gone"}`,
+    or a Ray node's pool actor's `wait`, nexus_ray): its exit status (None: still running),
+    its CPU seconds (None: unknown) and whether it died with its maker; a field of another
+    type counts as absent."""
+    status, cpu = reply.get("status"), reply.get("cpu")
+    return (int(status) if isinstance(status, int) else None,
+            float(cpu) if isinstance(cpu, (int, float)) else None,
+            bool(reply.get("maker_gone")))
+
+
 @attrs.define(eq=False)
 class MachineChild(Child):
     """A child of the machine's pool: killed and waited for through its connection."""
@@ -306,11 +317,8 @@ class MachineChild(Child):
         if reply is None or reply.get("t") != "exit":
             self.maker_gone = reply is None  # the server went away (and its zygotes with it)
             return None
-        self.maker_gone = bool(reply.get("maker_gone"))
-        cpu = reply.get("cpu")
-        self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
-        status = reply.get("status")
-        return int(status) if isinstance(status, int) else None
+        status, self.cpu_seconds, self.maker_gone = parse_exit(reply)
+        return status
 
     def finished(self) -> None:
         self._send({"t": "finished"})
