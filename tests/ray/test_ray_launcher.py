@@ -109,6 +109,38 @@ def test_each_node_reports_its_layers_and_a_missing_required_layer_refuses(clust
         demanding.launch()
 
 
+def test_require_is_checked_on_the_nodes_that_run_scripts_not_on_the_sessions_machine(
+        cluster: Cluster, nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session on a machine that lacks a layer its `require` names (here `fs`, off in this
+    process only, as NEXUS_SANDBOX_DISABLE does) runs no script there with launcher: ray: it is
+    not refused, its scripts run on the worker nodes, which have the layer. A node that lacks a
+    required layer refuses the run as "sandbox unavailable", as the local check would have."""
+    from nexus_tool_code_exec import sandbox
+
+    monkeypatch.setenv(sandbox.ENV_DISABLE_LAYERS, "fs")
+    assert not sandbox.layer_statuses()["fs"].active  # this machine, as the session sees it
+    where = Where()
+    nx = make(nexus_factory, where, require=["fs"])
+    engine = engine_for(nx)
+    assert engine.missing_required() == []
+    script = "import tools\n\ndef run(ctx):\n    return tools.echo(text='on a node with fs')\n"
+    result = nx.invoke("run_code", {"script": script})
+    assert result.error is None, (result.error, result.output)
+    assert where.pids == [os.getpid()] * 2
+    lines = engine.doctor_lines()
+    assert not [line for line in lines if line.startswith("error:")], lines
+    assert sum(line.startswith("ray node ") and "fs" in line.split("layers on:")[1].split(";")[0]
+               for line in lines) == 2, lines  # both worker nodes have it on
+    # the nodes' own check (it is theirs alone now): a layer no node has, asked of the engine's launcher
+    launcher = engine.launcher()
+    assert isinstance(launcher, remote.RemoteLauncher) and launcher.require == ["fs"]
+    launcher.require = ["fs", "no-such-layer"]  # a layer a settings check would refuse to name
+    refused = nx.invoke("run_code", {"script": script})
+    assert refused.error is not None and refused.error.startswith("sandbox unavailable: node "), refused.error
+    assert "lacks required layers: no-such-layer" in refused.error, refused.error
+    assert where.pids == [os.getpid()] * 3  # run_code's gate only: no script ran
+
+
 def test_a_wrong_token_and_a_replayed_one_are_refused(cluster: Cluster) -> None:
     launcher = remote.RemoteLauncher(preimport=["os"])
     launcher.start()
