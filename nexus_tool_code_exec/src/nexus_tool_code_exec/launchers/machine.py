@@ -202,7 +202,8 @@ class PoolServer:
         assert isinstance(child, ZygoteChild)
         maker = child.zygote.pid if child.zygote is not None else None
         try:
-            protocol.send_with_fds(conn, {"t": "child", "pid": child.pid, "zygote": maker}, [child.rfd, child.wfd])
+            protocol.send_with_fds(conn, {"t": "child", "pid": child.pid, "zygote": maker, "server": os.getpid()},
+                                   [child.rfd, child.wfd])
         finally:
             child.close()  # the server's copies of its pipe ends: the client holds them now
         finished = False
@@ -400,6 +401,8 @@ class MachineLauncher(Launcher):
             raise
         if isinstance(reply.get("zygote"), int):
             self.zygote_pid = reply["zygote"]
+        if isinstance(reply.get("server"), int):
+            self.pid = reply["server"]  # a new server's, once the last one stopped (idle, killed)
         return MachineChild(int(reply["pid"]), fds[0], fds[1], conn=conn, lines=lines)
 
     def close(self) -> None:
