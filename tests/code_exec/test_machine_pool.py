@@ -231,6 +231,68 @@ def test_a_killed_server_is_started_again_and_the_run_that_lost_its_child_is_rep
     assert again is not None and again != server
 
 
+def test_a_server_killed_between_runs_is_replaced_by_the_next_run(nexus_factory: NexusFactory,
+                                                                  runtime_dir: Path) -> None:
+    """SIGKILL of the server while no run is going on: it leaves its socket behind (nobody listens
+    there any more) and its zygote goes with it; the same Nexus's next run starts a new server."""
+    nx = make(nexus_factory)
+    first = nx.invoke("run_code", {"script": PPID_SCRIPT})
+    assert_ok(first)
+    zygote = first.output_structured["result"]
+    server = server_pid(runtime_dir / "nexus-pool")
+    assert server is not None and launcher_of(nx).pid == server and zygote != server
+    os.kill(server, signal.SIGKILL)
+    assert wait_until(lambda: not alive(server), within=120)
+    assert (runtime_dir / "nexus-pool" / machine.SOCKET_NAME).exists()  # not unlinked: a kill, not a stop
+    assert wait_until(lambda: not alive(zygote), within=120), "the zygote outlived its server"
+    again = nx.invoke("run_code", {"script": PPID_SCRIPT})
+    assert_ok(again)
+    new = server_pid(runtime_dir / "nexus-pool")
+    assert new is not None and new != server and launcher_of(nx).pid == new  # the launcher knows the new one
+    assert again.output_structured["result"] != zygote
+
+
+def test_a_launch_whose_server_stops_before_answering_is_made_again_to_a_new_server(
+        nexus_factory: NexusFactory, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race an idle stop leaves: a launch whose connection reached the server just as it
+    stopped is closed without a word, and `MachineLauncher.launch` connects once more, to a new
+    server. Made to happen, not waited for: the server is stopped (SIGSTOP) while the launch's
+    hello waits in its backlog, then told to stop (SIGTERM: the same way out as idleness, its
+    socket unlinked and its zygotes stopped) and continued; the run succeeds on a new server."""
+    nx = make(nexus_factory)
+    assert_ok(nx.invoke("run_code", {"script": PPID_SCRIPT}))
+    server = launcher_of(nx).pid
+    assert server is not None and server == server_pid(runtime_dir / "nexus-pool")
+    connections: list[machine._Lines] = []
+    sent = threading.Event()
+    real = machine._Lines
+
+    class Seen(real):  # the real reader; the test only learns that a launch sent its hello
+        def __init__(self, sock: socket.socket) -> None:
+            super().__init__(sock)
+            connections.append(self)
+            sent.set()
+
+    monkeypatch.setattr(machine, "_Lines", Seen)
+    results: list[ToolResult] = []
+    runner = threading.Thread(target=lambda: results.append(nx.invoke("run_code", {"script": PPID_SCRIPT})))
+    os.kill(server, signal.SIGSTOP)
+    try:
+        runner.start()
+        assert sent.wait(120), "the launch never sent its hello"  # it waits in the stopped server's backlog
+        os.kill(server, signal.SIGTERM)  # pending until the server runs again
+    finally:
+        os.kill(server, signal.SIGCONT)
+    runner.join(180)
+    assert not runner.is_alive(), "the launch hung on a server that stopped"
+    [result] = results
+    assert_ok(result)
+    assert wait_until(lambda: not alive(server), within=120)
+    new = server_pid(runtime_dir / "nexus-pool")
+    assert new is not None and new != server and launcher_of(nx).pid == new
+    assert len(connections) == 2  # the one closed without a word, and the one the new server answered
+
+
 def test_a_folder_others_may_enter_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "xdg"
     (folder / "nexus-pool").mkdir(parents=True)
@@ -267,3 +329,12 @@ def test_the_server_is_a_module_one_starts_by_itself(tmp_path: Path) -> None:
             proc.wait(30)
     assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.returncode
     assert not (folder / machine.SOCKET_NAME).exists()
+
+
+def test_an_exit_reply_is_read_by_one_helper_for_the_machine_pool_and_ray() -> None:
+    """`parse_exit` reads the pool server's `exit` reply (MachineChild.wait) and a Ray node's pool
+    actor's (nexus_ray's RemoteChild.wait): a field of another type counts as absent."""
+    assert machine.parse_exit({"t": "exit", "status": -9, "cpu": 0.25, "maker_gone": True}) == (-9, 0.25, True)
+    assert machine.parse_exit({"status": 0, "cpu": 1, "maker_gone": False}) == (0, 1.0, False)
+    assert machine.parse_exit({"status": None, "cpu": None}) == (None, None, False)  # still running
+    assert machine.parse_exit({"status": "0", "cpu": "1.5", "maker_gone": 0}) == (None, None, False)

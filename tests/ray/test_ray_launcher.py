@@ -109,6 +109,38 @@ def test_each_node_reports_its_layers_and_a_missing_required_layer_refuses(clust
         demanding.launch()
 
 
+def test_require_is_checked_on_the_nodes_that_run_scripts_not_on_the_sessions_machine(
+        cluster: Cluster, nexus_factory: NexusFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session on a machine that lacks a layer its `require` names (here `fs`, off in this
+    process only, as NEXUS_SANDBOX_DISABLE does) runs no script there with launcher: ray: it is
+    not refused, its scripts run on the worker nodes, which have the layer. A node that lacks a
+    required layer refuses the run as "sandbox unavailable", as the local check would have."""
+    from nexus_tool_code_exec import sandbox
+
+    monkeypatch.setenv(sandbox.ENV_DISABLE_LAYERS, "fs")
+    assert not sandbox.layer_statuses()["fs"].active  # this machine, as the session sees it
+    where = Where()
+    nx = make(nexus_factory, where, require=["fs"])
+    engine = engine_for(nx)
+    assert engine.missing_required() == []
+    script = "import tools\n\ndef run(ctx):\n    return tools.echo(text='on a node with fs')\n"
+    result = nx.invoke("run_code", {"script": script})
+    assert result.error is None, (result.error, result.output)
+    assert where.pids == [os.getpid()] * 2
+    lines = engine.doctor_lines()
+    assert not [line for line in lines if line.startswith("error:")], lines
+    assert sum(line.startswith("ray node ") and "fs" in line.split("layers on:")[1].split(";")[0]
+               for line in lines) == 2, lines  # both worker nodes have it on
+    # the nodes' own check (it is theirs alone now): a layer no node has, asked of the engine's launcher
+    launcher = engine.launcher()
+    assert isinstance(launcher, remote.RemoteLauncher) and launcher.require == ["fs"]
+    launcher.require = ["fs", "no-such-layer"]  # a layer a settings check would refuse to name
+    refused = nx.invoke("run_code", {"script": script})
+    assert refused.error is not None and refused.error.startswith("sandbox unavailable: node "), refused.error
+    assert "lacks required layers: no-such-layer" in refused.error, refused.error
+    assert where.pids == [os.getpid()] * 3  # run_code's gate only: no script ran
+
+
 def test_a_wrong_token_and_a_replayed_one_are_refused(cluster: Cluster) -> None:
     launcher = remote.RemoteLauncher(preimport=["os"])
     launcher.start()
@@ -171,6 +203,17 @@ def test_a_killed_pool_ends_its_run_with_a_clear_error(cluster: Cluster, nexus_f
     assert again.error is None, again.output
 
 
+def _waiting_script(token: str, text: str) -> str:
+    """A script that writes `started` (`token` and its pid) in its scratch folder, waits there
+    (up to 150 s) for a file `go`, then returns [tools.echo(text=text), its pid]."""
+    return ("import os, time, tools\n\ndef run(ctx):\n"
+            f"    open('started', 'w').write('{token} ' + str(os.getpid()))\n"
+            "    deadline = time.monotonic() + 150\n"
+            "    while not os.path.exists('go') and time.monotonic() < deadline:\n"
+            "        time.sleep(0.05)\n"
+            f"    return [tools.echo(text={text!r}), os.getpid()]\n")
+
+
 def _started(token: str, seen: set[str], timeout: float = 120.0) -> tuple[str, int]:
     """The scratch folder and pid of the next attempt of a script that wrote `started` (its token
     and pid) there; `seen`: the folders found before."""
@@ -217,12 +260,7 @@ def test_a_run_whose_pool_died_before_any_call_runs_again_once_on_a_new_pool(clu
     where = Where()
     nx = make(nexus_factory, where)
     token = secrets.token_hex(8)
-    script = ("import os, time, tools\n\ndef run(ctx):\n"
-              f"    open('started', 'w').write('{token} ' + str(os.getpid()))\n"
-              "    deadline = time.monotonic() + 150\n"
-              "    while not os.path.exists('go') and time.monotonic() < deadline:\n"
-              "        time.sleep(0.05)\n"
-              "    return [tools.echo(text='after'), os.getpid()]\n")
+    script = _waiting_script(token, "after")
     box: list[Any] = []
     runner = threading.Thread(target=lambda: box.append(nx.invoke("run_code", {"script": script})))
     runner.start()
@@ -446,12 +484,7 @@ def test_a_session_actor_on_the_head_answers_its_workers_scripts_with_its_own_ga
         head = [n["NodeID"] for n in ray.nodes() if remote.HEAD_RESOURCE in n["Resources"]]
         assert ray.get(actor.node.remote(), timeout=30) in head and actor_pid != os.getpid()
         token = secrets.token_hex(8)
-        script = ("import os, time, tools\n\ndef run(ctx):\n"
-                  f"    open('started', 'w').write('{token} ' + str(os.getpid()))\n"
-                  "    deadline = time.monotonic() + 150\n"
-                  "    while not os.path.exists('go') and time.monotonic() < deadline:\n"
-                  "        time.sleep(0.05)\n"
-                  "    return [tools.echo(text='from a worker'), os.getpid()]\n")
+        script = _waiting_script(token, "from a worker")
         ref = actor.run_code.remote(script)
         folder, pid = _started(token, set())
         holders = []  # the pool actor holding the script's process: a worker node's
@@ -472,6 +505,61 @@ def test_a_session_actor_on_the_head_answers_its_workers_scripts_with_its_own_ga
         lines = [line.split() for line in gate_log.read_text().splitlines()]
         assert [name for name, _ in lines] == ["run_code", "echo", "run_code", "forbidden", "echo"]
         assert {int(p) for _, p in lines} == {actor_pid}  # every gate ran in the session actor's process
+    finally:
+        try:
+            ray.get(actor.close.remote(), timeout=60)
+        finally:
+            ray.kill(actor)
+
+
+def test_a_session_actor_runs_an_agent_whose_run_code_script_runs_on_a_worker(
+        cluster: Cluster, tmp_path: Any, fake_providers: Any) -> None:
+    """`SessionActor.agent(prompt)`: the real `openai` SDK in the session actor (on the head) talks
+    to the loopback fake provider (tests/fakes/providers.py, Chat Completions on 127.0.0.1, in
+    this process), which answers first with a `run_code` tool call, then with a final text. The
+    script runs in a worker node's pool, its inner call passes the actor's gate, and the
+    `AgentResult` comes back to the caller through Ray."""
+    from fakes.providers import Call, chat_completion
+    from nexus_agent import AgentResult
+
+    from nexus_ray import SessionActor
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gate goes to the actor
+    gate_log = tmp_path / "gate.log"
+    token = secrets.token_hex(8)
+    script = _waiting_script(token, "from a worker")
+    fake_providers.script("openai.chat", chat_completion(calls=[Call("run_code", {"script": script})]),
+                          chat_completion(text="The worker said hello."))
+    echo = ToolDef(name="echo", handler=lambda a: a["text"],
+                   input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    config = {"skills": [], "model": "openai:gpt-4.1", "session_dir": str(tmp_path / "sessions"), "plugins": {
+        "active": [CE, "nexus.agent", "nexus.provider.openai"],
+        "nexus.provider.openai": {"base_url": fake_providers.openai_base_url, "api_key_env": None,
+                                  "max_retries": 0, "timeout_seconds": 120},
+        CE: {"launcher": "ray", "timeout_seconds": 120, "allowed_packages": ["os", "time"]}}}
+    actor = SessionActor.options(resources={remote.HEAD_RESOURCE: 0.001}).remote(
+        config, plugins=[GateLog(str(gate_log))], tools=[echo], workspace=str(tmp_path / "ws"))
+    try:
+        actor_pid = ray.get(actor.pid.remote(), timeout=120)
+        head = [n["NodeID"] for n in ray.nodes() if remote.HEAD_RESOURCE in n["Resources"]]
+        assert ray.get(actor.node.remote(), timeout=30) in head
+        ref = actor.agent.remote("Say hello from a worker node.")
+        folder, pid = _started(token, set())
+        holders = [node for node, pool in _pool_actors().items()
+                   if pid in ray.get(pool.children.remote(), timeout=30)]
+        assert len(holders) == 1 and holders[0] not in head, holders  # the script: on a worker node
+        open(os.path.join(folder, "go"), "w").close()
+        result = ray.get(ref, timeout=240)
+        assert isinstance(result, AgentResult), result
+        assert (result.text, result.stop_reason, result.turns) == ("The worker said hello.", "final_answer", 2), result
+        assert result.error is None and result.transcript is not None
+        lines = [line.split() for line in gate_log.read_text().splitlines()]
+        assert [name for name, _ in lines] == ["run_code", "echo"]
+        assert {int(p) for _, p in lines} == {actor_pid} != {os.getpid()}  # the gate ran in the actor's process
+        first, second = fake_providers.requests_for("openai.chat")
+        assert "run_code" in [tool["function"]["name"] for tool in first.body["tools"]]
+        [sent] = [m["content"] for m in second.body["messages"] if m["role"] == "tool"]
+        assert "from a worker" in sent and str(pid) in sent, sent  # the script's result went to the model
     finally:
         try:
             ray.get(actor.close.remote(), timeout=60)

@@ -34,8 +34,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from nexus_tool_code_exec import protocol, sandbox
-from nexus_tool_code_exec.launchers.base import Child, Launcher
-from nexus_tool_code_exec.launchers.machine import MachineChild, MachineLauncher
+from nexus_tool_code_exec.launchers.base import Child, LayersMissing, Launcher
+from nexus_tool_code_exec.launchers.machine import MachineChild, MachineLauncher, parse_exit
 
 log = logging.getLogger("nexus_ray")
 
@@ -54,6 +54,11 @@ HEAD_RESOURCE = "node:__internal_head__"
 
 class RemoteLaunchError(Exception):
     """No child from the cluster: no node, a node refused (missing layers), or a timeout."""
+
+
+class NodeLacksLayers(RemoteLaunchError, LayersMissing):
+    """A node refused a launch: it lacks layers the session requires (the engine says
+    "sandbox unavailable")."""
 
 
 def _hello(token: str, direction: bytes) -> bytes:
@@ -104,7 +109,7 @@ class PoolActor:
         statuses = sandbox.layer_statuses()
         missing = [name for name in require if name not in statuses or not statuses[name].active]
         if missing:
-            raise RemoteLaunchError(f"node {self.node_id[:12]} lacks required layers: {', '.join(missing)}")
+            raise NodeLacksLayers(f"node {self.node_id[:12]} lacks required layers: {', '.join(missing)}")
         layers = sorted(name for name, status in statuses.items() if status.active)
         key = (*layers, "|", *sorted(preimport))
         with self._lock:
@@ -242,11 +247,8 @@ class RemoteChild(Child):
         except Exception:  # noqa: BLE001 - the actor died, or Ray did not answer in time
             self.maker_gone = True
             return None
-        self.maker_gone = bool(reply.get("maker_gone"))
-        cpu = reply.get("cpu")
-        self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
-        status = reply.get("status")
-        return int(status) if isinstance(status, int) else None
+        status, self.cpu_seconds, self.maker_gone = parse_exit(reply)
+        return status
 
     def finished(self) -> None:
         try:
@@ -336,7 +338,8 @@ class RemoteLauncher(Launcher):
                 for sock in socks.values():
                     sock.close()
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else exc
-                raise RemoteLaunchError(str(cause).splitlines()[0] if str(cause) else repr(cause)) from None
+                kind = NodeLacksLayers if isinstance(cause, NodeLacksLayers) else RemoteLaunchError
+                raise kind(str(cause).splitlines()[0] if str(cause) else repr(cause)) from None
             except BaseException:
                 for sock in socks.values():
                     sock.close()

@@ -39,7 +39,7 @@ from nexus_core import CallContext, CancelToken, Nexus, ToolCall, ToolDef, ToolR
 
 from .. import DEFAULT_ALLOWED_PACKAGES, protocol, sandbox
 from .events import CodeExecChunk, CodeExecRequest, CodeExecResult
-from ..launchers.base import Launcher
+from ..launchers.base import LayersMissing, Launcher
 from ..launchers.machine import MachineLauncher
 from ..launchers.pool import PROCESS_POOL, PooledLauncher
 from ..launchers.spawn import SpawnLauncher
@@ -679,6 +679,9 @@ class CodeExec:
         start = self._start_message(run, bindings, launcher)
         try:
             seat = Seat.take(launcher)
+        except LayersMissing as exc:  # where the scripts run (a Ray node) lacks a layer `require` names
+            self._announce(run)
+            return Outcome(error=f"sandbox unavailable: {exc}")
         except Exception as exc:
             self._announce(run)  # announced all the same
             return Outcome(error=f"runtime error: could not start the script's process: {exc}")
@@ -891,6 +894,12 @@ class CodeExec:
         return sorted(name for name, status in self.layer_statuses().items() if status.active)
 
     def missing_required(self) -> list[str]:
+        """The layers `require` names that this machine lacks, each with why; none with
+        launcher: ray, whose scripts never run on this machine: the pool actor of the node given
+        a run checks `require` against that node's own layers, and refuses the run without one
+        (LayersMissing, "sandbox unavailable: node ... lacks required layers: ...")."""
+        if self.config.launcher == "ray":
+            return []
         # asked on every run: worked out again only when the switch that disables layers changes
         switch = os.environ.get(sandbox.ENV_DISABLE_LAYERS, "")
         cached = self._missing

@@ -103,6 +103,12 @@ class Child:
                 pass
 
 
+class LayersMissing(Exception):
+    """No child: where the launcher's children run (a Ray node, for nexus_ray) lacks sandbox
+    layers the session requires (code_exec's `require`). The run is refused as "sandbox
+    unavailable", as a session that lacks them on its own machine refuses it."""
+
+
 class Launcher(abc.ABC):
     """Makes the children that run scripts, each isolated by one policy (layers, limits, read
     paths) and with a scratch folder of its own, which `Child.close()` removes."""

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -202,7 +202,8 @@ class PoolServer:
         assert isinstance(child, ZygoteChild)
         maker = child.zygote.pid if child.zygote is not None else None
         try:
-            protocol.send_with_fds(conn, {"t": "child", "pid": child.pid, "zygote": maker}, [child.rfd, child.wfd])
+            protocol.send_with_fds(conn, {"t": "child", "pid": child.pid, "zygote": maker, "server": os.getpid()},
+                                   [child.rfd, child.wfd])
         finally:
             child.close()  # the server's copies of its pipe ends: the client holds them now
         finished = False
@@ -278,6 +279,17 @@ def _stop(signum: int, _frame: Any) -> None:
 # -- the client ---------------------------------------------------------------------------------
 
 
+def parse_exit(reply: Mapping[str, Any]) -> tuple[int | None, float | None, bool]:
+    """A child's `exit` reply (the pool server's `{"t": "exit", "status", "cpu", "maker_gone"}`,
+    or a Ray node's pool actor's `wait`, nexus_ray): its exit status (None: still running),
+    its CPU seconds (None: unknown) and whether it died with its maker; a field of another
+    type counts as absent."""
+    status, cpu = reply.get("status"), reply.get("cpu")
+    return (int(status) if isinstance(status, int) else None,
+            float(cpu) if isinstance(cpu, (int, float)) else None,
+            bool(reply.get("maker_gone")))
+
+
 @attrs.define(eq=False)
 class MachineChild(Child):
     """A child of the machine's pool: killed and waited for through its connection."""
@@ -306,11 +318,8 @@ class MachineChild(Child):
         if reply is None or reply.get("t") != "exit":
             self.maker_gone = reply is None  # the server went away (and its zygotes with it)
             return None
-        self.maker_gone = bool(reply.get("maker_gone"))
-        cpu = reply.get("cpu")
-        self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
-        status = reply.get("status")
-        return int(status) if isinstance(status, int) else None
+        status, self.cpu_seconds, self.maker_gone = parse_exit(reply)
+        return status
 
     def finished(self) -> None:
         self._send({"t": "finished"})
@@ -392,6 +401,8 @@ class MachineLauncher(Launcher):
             raise
         if isinstance(reply.get("zygote"), int):
             self.zygote_pid = reply["zygote"]
+        if isinstance(reply.get("server"), int):
+            self.pid = reply["server"]  # a new server's, once the last one stopped (idle, killed)
         return MachineChild(int(reply["pid"]), fds[0], fds[1], conn=conn, lines=lines)
 
     def close(self) -> None:
