@@ -253,9 +253,16 @@ def _write_proc(path: str, text: str) -> None:
         raise SandboxError("net", f"writing {path}: {exc.strerror}") from None
 
 
+#: capset's two arguments, made once (in the zygote) and filled in by each child: making
+#: ctypes arrays in a fresh fork wrote to more pages (each a copy) than filling these in does
+_cap_header = (ctypes.c_uint32 * 2)()
+_cap_data = (ctypes.c_uint32 * 6)()  # [effective, permitted, inheritable] x 2 words
+
+
 def _set_caps(effective: int, permitted: int, layer: str) -> None:
-    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)(effective, permitted, 0, 0, 0, 0)  # [eff, perm, inh] x 2 words
+    header, data = _cap_header, _cap_data
+    header[0], header[1] = _LINUX_CAPABILITY_VERSION_3, 0  # (the kernel may have written its version)
+    data[0], data[1], data[2], data[3], data[4], data[5] = effective, permitted, 0, 0, 0, 0
     _libc_call(layer, "capset", _capset(header, data))
 
 
