@@ -107,7 +107,7 @@ def main() -> int:
                               "read_paths": list(sandbox.runtime_read_paths())}
     net_fd = _preimport(list(DEFAULT_ALLOWED_PACKAGES), policy, root)  # type: ignore[arg-type]
     policy["net_fd"] = net_fd
-    made = runtime.sandbox_policy(policy)  # as the zygote does: made once, before the forks
+    made = runtime.sandbox_policy(policy)  # type: ignore[arg-type]  # as the zygote does: made once, before the forks
     gc.collect()
     gc.freeze()
     rows["zygote image"] = {**forks(opts.forks, exit_at_once), "rss_anon_kib": rss_anon_kib()}
