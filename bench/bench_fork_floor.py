@@ -44,8 +44,9 @@ def usage(who: int) -> tuple[float, int]:
     return r.ru_utime + r.ru_stime, r.ru_minflt
 
 
-def forks(n: int, child: Any) -> dict[str, float]:
-    """Fork `n` children that each run `child(write_end)` and exit; CPU and faults per fork."""
+def forks(n: int, child: Any, expect: bytes = b"") -> dict[str, float]:
+    """Fork `n` children that each run `child(write_end)` and exit; CPU and faults per fork.
+    Each child's output must begin with `expect` (a run's end: not an error's path measured)."""
     p0, c0 = usage(resource.RUSAGE_SELF), usage(resource.RUSAGE_CHILDREN)
     for _ in range(n):
         r, w = os.pipe()
@@ -59,9 +60,12 @@ def forks(n: int, child: Any) -> dict[str, float]:
                 code = 1
             os._exit(code)
         os.close(w)
-        while os.read(r, 1 << 16):
-            pass
+        out = b""
+        while chunk := os.read(r, 1 << 16):
+            out += chunk
         os.close(r)
+        if not out.startswith(expect):
+            raise RuntimeError(f"a child said {out[:200]!r}, not {expect!r}...")
         _, status = os.waitpid(pid, 0)
         if status != 0:
             raise RuntimeError(f"a child failed (status {status})")
@@ -103,13 +107,14 @@ def main() -> int:
                               "read_paths": list(sandbox.runtime_read_paths())}
     net_fd = _preimport(list(DEFAULT_ALLOWED_PACKAGES), policy, root)  # type: ignore[arg-type]
     policy["net_fd"] = net_fd
+    made = runtime.sandbox_policy(policy)  # type: ignore[arg-type]  # as the zygote does: made once, before the forks
     gc.collect()
     gc.freeze()
     rows["zygote image"] = {**forks(opts.forks, exit_at_once), "rss_anon_kib": rss_anon_kib()}
 
     code = protocol.pack_code(compile("def run(ctx):\n    return 1\n", protocol.SCRIPT_FILENAME, "exec"))
     start = protocol.encode({"t": protocol.START, "call_id": "c", "script": "def run(ctx):\n    return 1\n",
-                             "code": code, "bindings_key": "", "bindings": "", "skills": {}, "max_workers": 1,
+                             "code": code, "bindings_key": "", "bindings": {"pieces": [], "signatures": {}}, "skills": {}, "max_workers": 1,
                              "max_output_bytes": 100, "max_result_bytes": 100, "timeout": 5})
 
     folders: list[str] = []
@@ -120,15 +125,16 @@ def main() -> int:
         os.close(hw)
         if policy is not None:
             signal.set_wakeup_fd(-1)
-            runtime.isolate({**policy, "scratch": folders.pop()}, r, w)  # type: ignore[typeddict-item]
+            runtime.isolate({**policy, "scratch": folders.pop()}, r, w, made)  # type: ignore[typeddict-item]
         runtime.serve(r, w)
 
-    rows["+ a trivial run"] = forks(opts.forks, trivial_run)
+    done = b'{"t":"done","result":"1"'
+    rows["+ a trivial run"] = forks(opts.forks, trivial_run, done)
 
     # as the zygote gives them: the namespace it made, and a folder each (made here, before the
     # measurement: the zygote keeps folders its scripts left untouched)
     folders[:] = [tempfile.mkdtemp(dir=root) for _ in range(opts.forks)]
-    rows["+ the sandbox"] = {**forks(opts.forks, lambda w: trivial_run(w, policy)), "layers": layers}
+    rows["+ the sandbox"] = {**forks(opts.forks, lambda w: trivial_run(w, policy), done), "layers": layers}
 
     print(f"Linux {platform.release()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"1-min load {os.getloadavg()[0]:.2f}; {opts.forks} forks a row")

@@ -48,6 +48,37 @@ def test_messages_come_out_as_they_went_in_whatever_the_pieces() -> None:
         assert got == messages
 
 
+def test_take_reads_what_feed_and_next_read_whatever_the_pieces() -> None:
+    # take() parses a piece that is one whole line where it is, and hands any other to the buffer
+    messages = [{"t": protocol.CALL, "id": i, "name": "echo", "args": {"text": "é" * i}, "p": False}
+                for i in range(50)]
+    data = b"".join(protocol.encode(m) for m in messages)
+    pieces = [protocol.encode(m) for m in messages[:5]]  # whole lines, one at a time (the fast path)
+    pieces += [data[at:at + 7] for at in range(0, len(data), 7)]  # pieces across lines
+    pieces += [protocol.encode(m) for m in messages[:5]]  # whole again, after the buffer was used
+    lines = LineReader(1 << 20)
+    got, sizes = [], []
+    for piece in pieces:
+        msg = lines.take(piece)
+        while msg is not None:
+            got.append(msg)
+            sizes.append(lines.size)
+            msg = lines.next()
+    want = messages[:5] + messages + messages[:5]
+    assert got == want
+    assert sizes == [len(protocol.encode(m)) - 1 for m in want]
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    (b"not json\n", "a line that is not JSON"),
+    (b"[1, 2]\n", "a message that is not an object"),
+    (b"\n", "a line that is not JSON"),
+], ids=["garbage", "not-an-object", "empty"])
+def test_take_of_a_whole_line_that_is_not_a_message_is_a_framing_error(data: bytes, error: str) -> None:
+    with pytest.raises(FramingError, match=error):
+        LineReader(1 << 20).take(data)
+
+
 def test_size_is_the_last_messages_bytes_without_its_newline() -> None:
     lines = LineReader(100)
     line = protocol.encode({"t": protocol.OUT, "s": "stdout", "d": "hi"})

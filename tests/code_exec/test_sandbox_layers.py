@@ -253,6 +253,69 @@ def test_env_host_secrets_are_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert out.value == {"keys": fixed, "getenv": None, "bytes": fixed}
 
 
+@pytest.mark.parametrize("uid", [False, True], ids=["no-uid", "uid"])
+def test_a_policy_made_once_serves_each_child_with_its_own_folder_and_fds(tmp_path: Path, uid: bool) -> None:
+    # as the zygote does: one policy made before the fork, each child giving its own scratch
+    # folder, fds and parent to enter(); the folder the policy was made with is not the child's.
+    # (Under uid the test's folder cannot be reached by the child's uid: its owner is checked)
+    need("env", "fs", *(("uid",) if uid else ()))
+    active = {n for n, st in sandbox.probe().items() if st.active}
+    made = make_policy(tmp_path, active if uid else active - {"uid"})
+    own = tmp_path / "own"
+    own.mkdir()
+    os.chmod(tmp_path, 0o711)
+    r, w = os.pipe()
+    stray = os.open(os.devnull, os.O_RDONLY)  # not kept: closed by enter
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            report: dict[str, Any] = {}
+            try:
+                sandbox.enter(made, scratch_dir=str(own), keep_fds=(w,), parent=parent)
+                libc_home = ctypes.CDLL(None).getenv
+                libc_home.restype = ctypes.c_char_p
+                report = {"cwd": os.getcwd(), "home": os.environ["HOME"], "tmpdir": os.environ["TMPDIR"],
+                          "libc_home": libc_home(b"HOME").decode(), "stray_open": _is_open(stray)}
+                if not uid:
+                    (own / "written").write_text("x")
+                    report["own_written"] = True
+                    try:
+                        (Path(made.scratch_dir) / "written").write_text("x")
+                        report["made_written"] = True
+                    except OSError as exc:
+                        report["made_written"] = exc.errno
+            except BaseException as exc:  # noqa: BLE001 - everything goes back to the test
+                report["error"] = f"{type(exc).__name__}: {exc}"
+            os.write(w, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.close(stray)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    report = json.loads(data)
+    want: dict[str, Any] = {"cwd": str(own), "home": str(own), "tmpdir": str(own), "libc_home": str(own),
+                            "stray_open": False}
+    if uid:  # the child's own folder became its uid's, the policy's stayed as it was
+        assert (os.stat(own).st_uid, os.stat(made.scratch_dir).st_uid) == (made.uid_base + pid, os.getuid())
+    else:
+        want.update(own_written=True, made_written=errno.EACCES)
+    assert report == want
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 def test_env_the_exec_time_environment_block_is_zeroed(tmp_path: Path) -> None:
     """/proc/self/environ shows what exec put on the stack, not os.environ: a process started
     with a secret in its environment must not find it there after enter()."""

@@ -517,10 +517,32 @@ PRELOADED_BINDINGS: dict[str, CompiledBindings] = {}
 # -- isolating the process ------------------------------------------------------------------
 
 
-def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int) -> None:
+def sandbox_policy(policy: protocol.ChildPolicy) -> Any:
+    """The `sandbox.SandboxPolicy` of `policy` but for what each child has of its own (its
+    scratch folder, its fds, its parent), for a zygote to make once before it forks and give
+    to `isolate`: building it in each fresh fork wrote to ~30 pages, each a copy. None for a
+    policy of no layer, or one that cannot be made (each child's `isolate` then says why)."""
+    if not policy.get("layers"):
+        return None
+    try:
+        from .. import sandbox
+
+        return sandbox.SandboxPolicy(
+            scratch_dir=policy.get("scratch", ""),
+            read_paths=tuple(policy["read_paths"]),
+            limits=sandbox.Limits(**policy["limits"]),
+            layers=frozenset(policy["layers"]),
+            net_fd=policy.get("net_fd"),
+        )
+    except Exception:  # noqa: BLE001 - reported by each child's isolate, with its layer
+        return None
+
+
+def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int, made: Any = None) -> None:
     """Enter the sandbox `policy` asks for, keeping only the two pipe fds (and closing every
-    other). Where it cannot be entered, tell the host (an ERROR of kind SANDBOX: the script
-    never ran) and exit."""
+    other). `made` is `sandbox_policy(policy)`, made before the fork (its scratch folder, fds and
+    parent are this child's own, from `policy`). Where it cannot be entered, tell the host (an
+    ERROR of kind SANDBOX: the script never ran) and exit."""
     if not policy.get("layers"):
         # no layer at all (none works here): still a process group of its own, which the
         # timeout kills whole, and the scratch folder as the working directory
@@ -532,15 +554,18 @@ def isolate(policy: protocol.ChildPolicy, rfd: int, wfd: int) -> None:
     try:
         from .. import sandbox
 
-        sandbox.enter(sandbox.SandboxPolicy(
-            scratch_dir=policy["scratch"],
-            read_paths=tuple(policy["read_paths"]),
-            limits=sandbox.Limits(**policy["limits"]),
-            layers=frozenset(policy["layers"]),
-            keep_fds=(rfd, wfd),
-            net_fd=policy.get("net_fd"),
-            parent=policy.get("parent"),
-        ))
+        if made is not None:
+            sandbox.enter(made, scratch_dir=policy["scratch"], keep_fds=(rfd, wfd), parent=policy.get("parent"))
+        else:
+            sandbox.enter(sandbox.SandboxPolicy(
+                scratch_dir=policy["scratch"],
+                read_paths=tuple(policy["read_paths"]),
+                limits=sandbox.Limits(**policy["limits"]),
+                layers=frozenset(policy["layers"]),
+                keep_fds=(rfd, wfd),
+                net_fd=policy.get("net_fd"),
+                parent=policy.get("parent"),
+            ))
     except Exception as exc:  # the host turns it into the run's error
         Channel(rfd, wfd).send({"t": protocol.ERROR, "kind": protocol.SANDBOX, "message": describe(exc)})
         os._exit(1)

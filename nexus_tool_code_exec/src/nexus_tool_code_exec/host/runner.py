@@ -593,8 +593,9 @@ class ScriptRun:
                         data = b""
                     if not data:
                         return None, None
-                    lines.feed(data)
-                    continue
+                    msg = lines.take(data)
+                    if msg is None:
+                        continue
                 self._messages += 1
                 kind = msg.get("t")
                 if kind != protocol.DONE and kind != protocol.ERROR:

@@ -243,6 +243,10 @@ class Zygote:
         self.spare_count = spare_count
         self.net_fd = _preimport(allowed, policy, scratch_root)
         self.layers = bool(policy.get("layers"))
+        from ..child import runtime
+
+        # the sandbox policy of every child, made once: each child gives its own folder and fds
+        self.made = runtime.sandbox_policy({**policy, "scratch": scratch_root, "net_fd": self.net_fd})
         self.children: dict[int, str] = {}
         self.spares: list[int] = []
         self.killed: set[int] = set()
@@ -413,7 +417,8 @@ class Zygote:
             if not self.layers:  # (entering the sandbox closes every fd but those it keeps)
                 _close_all_but({to_child_r, from_child_w} | ({net_fd} if net_fd is not None else set()))
             _child_after_fork(to_child_r, from_child_w,
-                              {**self.policy, "scratch": scratch, "net_fd": net_fd, "parent": parent}, self.preloaded)
+                              {**self.policy, "scratch": scratch, "net_fd": net_fd, "parent": parent}, self.preloaded,
+                              self.made)
         os.close(to_child_r)
         os.close(from_child_w)
         self.children[pid] = scratch
@@ -448,7 +453,8 @@ def zygote_main(ctrl_fd: int, allowed: list[str], policy: protocol.ChildPolicy, 
     Zygote(ctrl_fd, allowed, policy, scratch_root, spare_count).serve_host()
 
 
-def _child_after_fork(rfd: int, wfd: int, policy: protocol.ChildPolicy, preloaded: dict[str, Any]) -> None:
+def _child_after_fork(rfd: int, wfd: int, policy: protocol.ChildPolicy, preloaded: dict[str, Any],
+                      made: Any = None) -> None:
     """In the forked child: isolate, wait for the script, run it, exit."""
     from ..child import runtime
 
@@ -456,7 +462,7 @@ def _child_after_fork(rfd: int, wfd: int, policy: protocol.ChildPolicy, preloade
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        runtime.isolate(policy, rfd, wfd)
+        runtime.isolate(policy, rfd, wfd, made)
         runtime.PRELOADED_BINDINGS.update(preloaded)
         runtime.serve(rfd, wfd)
     except BaseException:
