@@ -10,6 +10,7 @@ zygote, scratch root and spares. Either way no two scripts share a process or a 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,23 @@ def test_the_shared_pool_never_gives_a_folder_again(nexus_factory: NexusFactory,
     assert kept.take() != one and len(os.listdir(tmp_path / "kept")) == 1  # given again, renamed
 
 
+def kept_folders(root: str) -> dict[str, tuple[os.stat_result, list[str] | None]]:
+    """Each folder of the scratch root, its stat and (for one of this uid's) its entries, as one
+    snapshot: the zygote renames and resets the folders of children that just ended while this
+    looks, so a listing whose folder is gone by the time it is looked at is taken again."""
+    for _ in range(200):
+        try:
+            out: dict[str, tuple[os.stat_result, list[str] | None]] = {}
+            for name in os.listdir(root):
+                path = os.path.join(root, name)
+                st = os.stat(path)
+                out[name] = (st, os.listdir(path) if st.st_uid == os.geteuid() else None)
+            return out
+        except FileNotFoundError:
+            time.sleep(0.05)
+    raise AssertionError(f"the folders of {root} kept changing for 10 s")
+
+
 def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: NexusFactory) -> None:
     nx = make(nexus_factory)
     changes = {
@@ -212,11 +230,10 @@ def test_a_folder_a_script_changed_is_removed_not_given_again(nexus_factory: Nex
         assert wait_until(lambda f=folder: not os.path.exists(f)), what  # the zygote reaped its child
         run(nx, CLEAN)  # (the host hears of the folders to remove when it next takes a child)
         assert wait_until(lambda: not any(n.startswith("trash-") for n in os.listdir(root))), what
-        for name in os.listdir(root):  # what the zygote keeps: nothing of the change
-            st = os.stat(os.path.join(root, name))
+        for name, (st, entries) in kept_folders(root).items():  # what the zygote keeps: nothing of the change
             assert st.st_mode & 0o7777 == 0o700 and st.st_mtime > 0, (what, name)
             if st.st_uid == os.geteuid():  # a folder kept for later (a spare's is its own uid's)
-                assert os.listdir(os.path.join(root, name)) == [], (what, name)
+                assert entries == [], (what, name)
         for _ in range(3):
             pristine(run(nx, CLEAN))
 
