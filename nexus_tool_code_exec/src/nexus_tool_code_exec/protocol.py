@@ -684,6 +684,17 @@ def read_zygote_request(msg: Message) -> ZygoteRequest:
     return msg  # type: ignore[return-value]
 
 
+def _message(line: bytes | bytearray) -> Message:
+    """One line as a message; FramingError for a line that is not a JSON object."""
+    try:
+        msg = _parse(line)
+    except (ValueError, RecursionError, StopIteration):  # deep nesting exhausts the parser
+        raise FramingError("a line that is not JSON") from None
+    if not isinstance(msg, dict):
+        raise FramingError("a message that is not an object")
+    return msg
+
+
 class LineReader:
     """Splits a byte stream into messages, one per line.
 
@@ -720,13 +731,7 @@ class LineReader:
         line = buf[self._start:nl]
         self._start = self._scanned = nl + 1
         self.size = len(line)
-        try:
-            msg = _parse(line)
-        except (ValueError, RecursionError, StopIteration):  # deep nesting exhausts the parser
-            raise FramingError("a line that is not JSON") from None
-        if not isinstance(msg, dict):
-            raise FramingError("a message that is not an object")
-        return msg
+        return _message(line)
 
     def take(self, data: bytes) -> Message | None:
         """`feed(data)`, then `next()`. When nothing is pending and `data` is one whole line (a
@@ -734,13 +739,7 @@ class LineReader:
         into the buffer and searched again."""
         if self._start == len(self._buf) and data.find(b"\n") == len(data) - 1 >= 0:
             self.size = len(data) - 1
-            try:
-                msg = _parse(data)  # the newline is stripped as the buffer's path strips it
-            except (ValueError, RecursionError, StopIteration):
-                raise FramingError("a line that is not JSON") from None
-            if not isinstance(msg, dict):
-                raise FramingError("a message that is not an object")
-            return msg
+            return _message(data)  # the newline is stripped as the buffer's path strips it
         self.feed(data)
         return self.next()
 
